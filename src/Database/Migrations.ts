@@ -1,0 +1,32 @@
+/**
+ * Schema migrations (@effect/sql Migrator), run at start. Two processes starting at once are
+ * serialised by a session-level advisory lock held on a reserved connection: the second waits,
+ * then finds nothing left to do.
+ */
+import { Migrator, SqlClient } from "@effect/sql"
+import { Effect, Layer } from "effect"
+import platform from "./migrations/0001_platform.js"
+
+const MIGRATION_LOCK = 7_204_871_337
+
+export const loader = Migrator.fromRecord({
+  "0001_platform": platform
+})
+
+const migrate = Migrator.make({})
+
+export const run = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  return yield* Effect.scoped(
+    Effect.gen(function*() {
+      const conn = yield* sql.reserve
+      yield* Effect.acquireRelease(
+        conn.executeRaw(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`, []),
+        () => Effect.orDie(conn.executeRaw(`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`, []))
+      )
+      return yield* migrate({ loader })
+    })
+  )
+}).pipe(Effect.withSpan("Migrations.run"))
+
+export const layer = Layer.effectDiscard(Effect.orDie(run))

@@ -1,0 +1,145 @@
+/**
+ * The D3 error model. Handlers fail with these tagged errors; each has its HTTP status and its
+ * envelope `type`. `ApiErrorSchema(E)` is what the HttpApi declares: its encoded side is exactly the
+ * documented envelope `{error:{type,code,message,param?}, request_id}`, with `request_id` taken from
+ * the current request, so the body always equals the `X-Request-Id` header.
+ */
+import { HttpApiSchema } from "@effect/platform"
+import { Effect, ParseResult, Schema } from "effect"
+import { requestId } from "./RequestContext.js"
+
+const fields = {
+  code: Schema.String,
+  message: Schema.String,
+  param: Schema.optional(Schema.String)
+}
+
+export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("InvalidRequest", fields) {
+  static readonly status = 400
+  static readonly type = "invalid_request"
+}
+export class AuthenticationFailed
+  extends Schema.TaggedError<AuthenticationFailed>()("AuthenticationFailed", fields)
+{
+  static readonly status = 401
+  static readonly type = "authentication_error"
+}
+export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("PermissionDenied", fields) {
+  static readonly status = 403
+  static readonly type = "permission_error"
+}
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", fields) {
+  static readonly status = 404
+  static readonly type = "not_found"
+}
+export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", fields) {
+  static readonly status = 409
+  static readonly type = "conflict"
+}
+export class Gone extends Schema.TaggedError<Gone>()("Gone", fields) {
+  static readonly status = 410
+  static readonly type = "gone"
+}
+export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {
+  static readonly status = 429
+  static readonly type = "rate_limited"
+}
+export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", fields) {
+  static readonly status = 503
+  static readonly type = "unavailable"
+}
+/** Not a domain error: the body of a 500 produced from a defect. */
+export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {
+  static readonly status = 500
+  static readonly type = "api_error"
+}
+
+export type ApiError =
+  | InvalidRequest
+  | AuthenticationFailed
+  | PermissionDenied
+  | NotFound
+  | Conflict
+  | Gone
+  | RateLimited
+  | Unavailable
+  | InternalError
+
+type ErrorClass<E> = Schema.Schema<E, any> & { readonly status: number; readonly type: string } & (new(
+  args: { code: string; message: string; param?: string }
+) => E)
+
+const envelopeOf = (type: string) =>
+  Schema.Struct({
+    error: Schema.Struct({
+      type: Schema.Literal(type),
+      code: Schema.String,
+      message: Schema.String,
+      param: Schema.optional(Schema.String)
+    }),
+    request_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+  })
+
+export const toEnvelope = (e: { code: string; message: string; param?: string | undefined }, type: string, id: string) => ({
+  error: {
+    type,
+    code: e.code,
+    message: e.message,
+    ...(e.param !== undefined ? { param: e.param } : {})
+  },
+  request_id: id
+})
+
+/** The HttpApi schema of one error class: the D3 envelope on the wire, the tagged error in code. */
+export const ApiErrorSchema = <E extends { code: string; message: string; param?: string | undefined }>(
+  Class: ErrorClass<E>,
+  description: string
+) =>
+  Schema.transformOrFail(envelopeOf(Class.type), Schema.typeSchema(Class), {
+    strict: false,
+    decode: (body) =>
+      ParseResult.succeed(
+        new Class({
+          code: body.error.code,
+          message: body.error.message,
+          ...(body.error.param !== undefined ? { param: body.error.param } : {})
+        })
+      ),
+    encode: (e) => Effect.map(requestId, (id) => toEnvelope(e, Class.type, id))
+  }).annotations({
+    ...HttpApiSchema.annotations({ status: Class.status }),
+    identifier: `${(Class as any).identifier ?? Class.type}Error`,
+    title: `Error (${Class.status})`,
+    description
+  })
+
+export const InvalidRequestError = ApiErrorSchema(InvalidRequest, "Malformed request, failed validation, missing Idempotency-Key, bad cursor, unknown environment name")
+export const AuthenticationError = ApiErrorSchema(AuthenticationFailed, "Missing, unknown or revoked service key")
+export const PermissionError = ApiErrorSchema(PermissionDenied, "The key lacks a scope the operation needs, or the action is outside its management ceiling")
+export const NotFoundError = ApiErrorSchema(NotFound, "No such resource in this tenant and environment (resources of others are always 404)")
+export const ConflictError = ApiErrorSchema(Conflict, "Idempotency-Key conflict, duplicate resource, or a state that forbids the action")
+export const GoneError = ApiErrorSchema(Gone, "The resource was deleted and its identifier is tombstoned")
+export const RateLimitedError = ApiErrorSchema(RateLimited, "Rate limit of the cell exceeded; see Retry-After")
+export const UnavailableError = ApiErrorSchema(Unavailable, "Temporarily unavailable (e.g. environment not ready); safe to retry")
+
+/** The status code list every operation documents (contract part 4, 7). */
+export const StandardErrors = [
+  InvalidRequestError,
+  AuthenticationError,
+  PermissionError,
+  NotFoundError,
+  ConflictError,
+  GoneError,
+  RateLimitedError,
+  UnavailableError
+] as const
+
+export const errorClassOf = (e: ApiError): { status: number; type: string } => e.constructor as any
+
+// Small constructors so call sites read like the contract.
+export const notFound = (what: string, param?: string) =>
+  new NotFound({ code: "resource_missing", message: `No such ${what}`, ...(param ? { param } : {}) })
+export const invalid = (code: string, message: string, param?: string) =>
+  new InvalidRequest({ code, message, ...(param ? { param } : {}) })
+export const conflict = (code: string, message: string) => new Conflict({ code, message })
+export const forbidden = (code: string, message: string) => new PermissionDenied({ code, message })

@@ -1,0 +1,37 @@
+import { Schema } from "effect"
+import { EnvironmentName, Timestamp } from "./Ids.js"
+
+export const CreatePilotApplication = Schema.Struct({
+  organization_name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
+  contact_email: Schema.String.pipe(
+    Schema.maxLength(254),
+    Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an email address" })
+  )
+}).annotations({ identifier: "CreatePilotApplication" })
+
+export const PilotApplication = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("pilot_application"),
+  organization_name: Schema.String,
+  contact_email: Schema.String,
+  status: Schema.Literal("submitted", "approved", "rejected"),
+  tenant_id: Schema.NullOr(Schema.String),
+  created_at: Timestamp
+}).annotations({ identifier: "PilotApplication" })
+export type PilotApplication = typeof PilotApplication.Type
+
+export const PilotApproval = Schema.Struct({
+  id: Schema.String,
+  status: Schema.Literal("approved"),
+  tenant_id: Schema.String,
+  environment: Schema.Literal("sandbox")
+}).annotations({ identifier: "PilotApproval" })
+
+export const OperatorCreateKey = Schema.Struct({
+  name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
+  scopes: Schema.optional(Schema.Array(Schema.String).pipe(Schema.minItems(1))).annotations({
+    description: "Omit for the first key (quickstart abilities); otherwise exactly these scopes"
+  })
+}).annotations({ identifier: "OperatorCreateKey" })
+
+export const OperatorEnvironmentPath = { environment: EnvironmentName }

@@ -1,0 +1,25 @@
+import { Effect, FiberRef } from "effect"
+import type { Principal } from "./Principal.js"
+
+/**
+ * Per-request state shared between the outer HTTP pipeline (request id, rate limit, idempotency)
+ * and the schema encoders of the envelopes (which stamp `request_id` into every body).
+ * One mutable record per request, installed with `Effect.locally` by the pipeline.
+ */
+export interface RequestState {
+  readonly requestId: string
+  /** headers the pipeline adds to the final response (Location, Retry-After, RateLimit...) */
+  readonly headers: Record<string, string>
+  /** set by the pipeline once the service key is authenticated */
+  principal: Principal | undefined
+}
+
+export const currentRequest = FiberRef.unsafeMake<RequestState>({ requestId: "req_unbound", headers: {}, principal: undefined })
+
+export const requestId: Effect.Effect<string> = Effect.map(FiberRef.get(currentRequest), (s) => s.requestId)
+
+/** Sets a header on the response of the current request (e.g. `Location` on a 202). */
+export const setResponseHeader = (name: string, value: string): Effect.Effect<void> =>
+  Effect.map(FiberRef.get(currentRequest), (s) => {
+    s.headers[name.toLowerCase()] = value
+  })

@@ -1,0 +1,62 @@
+/**
+ * The HTTP application: the one HttpApi with its handlers, the OpenAPI document and its reference
+ * page, wrapped in the request pipeline. `AppLive` adds the services; `main.ts` adds the server.
+ */
+import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
+import { Effect, Layer } from "effect"
+import { Api } from "./Api.js"
+import { Operator } from "./Operator.js"
+import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
+import { OperatorToken } from "./Operator/Token.js"
+import { Platform } from "./Platform.js"
+import { Auth } from "./Platform/Auth.js"
+import { Deletions } from "./Platform/Deletions.js"
+import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLive } from "./Platform/Http.js"
+import { Idempotency } from "./Platform/Idempotency.js"
+import { pipeline } from "./Platform/Pipeline.js"
+import { DecodeErrorsLive, ServiceKeyLive } from "./Platform/SecurityLive.js"
+import { Cells } from "./Runtime/Cells.js"
+import { SystemLive } from "./System/Http.js"
+
+const GroupsLive = Layer.mergeAll(
+  TenantsLive,
+  EnvironmentsLive,
+  ApiKeysLive,
+  UsersLive,
+  ServiceActorsLive,
+  SystemLive,
+  OperatorLive
+)
+
+export const ApiLive = HttpApiBuilder.api(Api).pipe(
+  Layer.provide(GroupsLive),
+  Layer.provide([ServiceKeyLive, OperatorAuthLive])
+)
+
+/** Services behind the handlers and the pipeline (they need Settings and a SqlClient). */
+export const ServicesLive = Layer.mergeAll(
+  Platform.Default,
+  Operator.Default,
+  Auth.Default,
+  Idempotency.Default,
+  Cells.Default,
+  Deletions.Default,
+  OperatorToken.Default
+)
+
+/** Serves the API through the pipeline (needs an HttpServer, Settings and a SqlClient). */
+// Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
+// response after the pipeline has added its headers and stored idempotent results.
+const ServeLive = HttpApiBuilder.httpApp.pipe(
+  Effect.map((app) => HttpServer.serve(pipeline(app))),
+  Layer.unwrapEffect,
+  Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
+)
+
+export const HttpLive = ServeLive.pipe(
+  Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
+  Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" })),
+  Layer.provide(DecodeErrorsLive),
+  Layer.provide(ApiLive),
+  Layer.provideMerge(ServicesLive)
+)

@@ -1,0 +1,43 @@
+/** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { AuthenticationError } from "../Domain/Errors.js"
+import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval } from "../Domain/Operator.js"
+import { CreatedApiKey } from "../Domain/Platform.js"
+
+export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
+  failure: AuthenticationError,
+  security: {
+    OperatorToken: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "The operator token (OPERATOR_TOKEN); only for /operator/v1")
+    )
+  }
+}) {}
+
+const id = HttpApiSchema.param("id", PathId)
+const tenantId = HttpApiSchema.param("tenant_id", PathId)
+const environment = HttpApiSchema.param("environment", EnvironmentName)
+
+export class OperatorApi extends HttpApiGroup.make("operator")
+  .add(
+    HttpApiEndpoint.post("submitPilotApplication", "/operator/v1/pilot-applications")
+      .setPayload(CreatePilotApplication)
+      .addSuccess(PilotApplication, { status: 201 })
+  )
+  .add(
+    HttpApiEndpoint.get("getPilotApplication")`/operator/v1/pilot-applications/${id}`
+      .addSuccess(PilotApplication)
+  )
+  .add(
+    HttpApiEndpoint.post("approvePilotApplication")`/operator/v1/pilot-applications/${id}/approve`
+      .addSuccess(PilotApproval)
+  )
+  .add(
+    HttpApiEndpoint.post("operatorCreateApiKey")`/operator/v1/tenants/${tenantId}/environments/${environment}/api-keys`
+      .setPayload(OperatorCreateKey)
+      .addSuccess(CreatedApiKey, { status: 201 })
+  )
+  .middleware(OperatorAuth)
+  .annotate(OpenApi.Exclude, true)
+{}
+

@@ -1,0 +1,26 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Layer, Redacted } from "effect"
+import { Api } from "../Api.js"
+import { AuthenticationFailed } from "../Domain/Errors.js"
+import { Operator } from "../Operator.js"
+import { OperatorAuth } from "./Api.js"
+import { OperatorToken } from "./Token.js"
+
+export const OperatorAuthLive = Layer.effect(
+  OperatorAuth,
+  Effect.map(OperatorToken, (token) =>
+    OperatorAuth.of({
+      OperatorToken: (candidate) =>
+        token.verify(Redacted.value(candidate))
+          ? Effect.void
+          : Effect.fail(new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" }))
+    }))
+)
+
+export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
+  Effect.map(Operator, (operator) =>
+    handlers
+      .handle("submitPilotApplication", ({ payload }) => operator.submitPilot(payload))
+      .handle("getPilotApplication", ({ path }) => operator.getPilot(path.id))
+      .handle("approvePilotApplication", ({ path }) => operator.approvePilot(path.id))
+      .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))))

@@ -1,0 +1,261 @@
+/**
+ * The platform plane's operations: tenants, environments, keys, users, service actors and their
+ * deletion. Each mutation is one transaction; timestamps come from Effect's Clock so suites drive
+ * retention and purge windows with TestClock.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect } from "effect"
+import { dieOnSqlError } from "./Database/Defects.js"
+import { createHash } from "node:crypto"
+import { conflict, Gone, invalid, type NotFound, notFound } from "./Domain/Errors.js"
+import { type EnvironmentName, makeId } from "./Domain/Ids.js"
+import type { Principal } from "./Domain/Principal.js"
+import * as Cursor from "./Platform/Cursor.js"
+import { withinCeiling } from "./Platform/Policy.js"
+import * as Repo from "./Platform/Repo.js"
+import { Settings } from "./Settings.js"
+
+const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+export const tombstoneKey = (value: string) => createHash("sha256").update(value).digest("hex")
+
+const tombstoned = new Gone({
+  code: "tombstoned",
+  message: "This resource was deleted; its identifier cannot be reused during the retention period"
+})
+
+export class Platform extends Effect.Service<Platform>()("Platform", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const repo = yield* Repo.PlatformRepo
+    const settings = yield* Settings
+    const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
+
+    const queueDeletion = (
+      p: Principal,
+      resourceType: "tenant" | "environment" | "user",
+      resourceId: string,
+      at: Date
+    ) =>
+      Effect.gen(function*() {
+        const id = yield* makeId("dj")
+        const purgeAfter = new Date(at.getTime() + settings.purgeDelaySeconds * 1000)
+        const [row] = yield* sql<Repo.DeletionJobRow>`
+          INSERT INTO deletion_jobs (id, tenant_id, environment, resource_type, resource_id, state, purge_after, created_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${resourceType}, ${resourceId}, 'queued', ${purgeAfter}, ${at})
+          RETURNING *`
+        return Repo.toDeletionJob(row!)
+      })
+
+    // ---- tenants ----------------------------------------------------------------------------
+    const getTenant = (p: Principal) =>
+      Effect.flatMap(repo.tenant(p.tenantId), (row) =>
+        row && row.status !== "deleted" ? Effect.succeed(Repo.toTenant(row)) : Effect.fail(notFound("tenant", "tenant_id")))
+
+    const updateTenant = (p: Principal, name: string) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const [row] = yield* sql<Repo.TenantRow>`
+          UPDATE tenants SET name = ${name}, updated_at = ${at}
+          WHERE id = ${p.tenantId} AND status = 'active' RETURNING *`
+        if (!row) return yield* notFound("tenant", "tenant_id")
+        return Repo.toTenant(row)
+      })
+
+    const deleteTenant = (p: Principal) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const at = yield* now
+        const [row] = yield* sql`UPDATE tenants SET status = 'deleting', updated_at = ${at}
+                                 WHERE id = ${p.tenantId} AND status = 'active' RETURNING id`
+        if (!row) return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
+        yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
+                   WHERE tenant_id = ${p.tenantId} AND state <> 'deleted'`
+        return yield* queueDeletion(p, "tenant", p.tenantId, at)
+      }))
+
+    // ---- environments -----------------------------------------------------------------------
+    const listEnvironments = (p: Principal) =>
+      Effect.map(repo.environment(p.tenantId, p.environment), (row) => ({
+        items: row && row.state !== "deleted" ? [Repo.toEnvironment(row)] : [],
+        next_cursor: null
+      }))
+
+    const getEnvironment = (p: Principal) =>
+      Effect.flatMap(repo.environment(p.tenantId, p.environment), (row) =>
+        row && row.state !== "deleted"
+          ? Effect.succeed(Repo.toEnvironment(row))
+          : Effect.fail(notFound("environment", "environment")))
+
+    const deleteEnvironment = (p: Principal) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const at = yield* now
+        const [row] = yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
+                                 WHERE tenant_id = ${p.tenantId} AND name = ${p.environment}
+                                   AND state NOT IN ('deleting', 'deleted') RETURNING id`
+        if (!row) return yield* conflict("deletion_in_progress", "This environment is already being deleted")
+        return yield* queueDeletion(p, "environment", (row as any).id as string, at)
+      }))
+
+    const getDeletionJob = (p: Principal, id: string) =>
+      Effect.flatMap(repo.deletionJob(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(Repo.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
+
+    // ---- api keys ---------------------------------------------------------------------------
+    const listApiKeys = (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, "api_keys", cellOf(p))
+        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
+        const rows = yield* repo.apiKeys(p.tenantId, p.environment, after, limit)
+        return Cursor.page(rows, limit, "api_keys", cellOf(p), Repo.toApiKey)
+      })
+
+    const getApiKey = (p: Principal, id: string) =>
+      Effect.flatMap(repo.apiKey(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(Repo.toApiKey(row)) : Effect.fail(notFound("API key", "key_id")))
+
+    /** Revokes a key and every key derived from it, within the caller's management ceiling. */
+    const revokeApiKey = (p: Principal, id: string) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const [target] = yield* sql<Repo.ApiKeyRow>`
+          SELECT ${sql.literal(Repo.API_KEY_COLUMNS)} FROM api_keys
+          WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment} AND id = ${id} FOR UPDATE`
+        if (!target) return yield* notFound("API key", "key_id")
+        yield* withinCeiling(p, target.scopes)
+        const at = yield* now
+        yield* sql`
+          WITH RECURSIVE tree AS (
+            SELECT id FROM api_keys WHERE id = ${id}
+            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
+          )
+          UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'revoked'
+          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`
+        const [row] = yield* sql<Repo.ApiKeyRow>`SELECT ${sql.literal(Repo.API_KEY_COLUMNS)} FROM api_keys WHERE id = ${id}`
+        return Repo.toApiKey(row!)
+      }))
+
+    // ---- users ------------------------------------------------------------------------------
+    const listUsers = (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, "users", cellOf(p))
+        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
+        const rows = yield* repo.users(p.tenantId, p.environment, after, limit)
+        return Cursor.page(rows, limit, "users", cellOf(p), Repo.toUser)
+      })
+
+    const liveUser = (p: Principal, id: string) =>
+      Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Repo.UserRow, NotFound | Gone> =>
+        !row ? Effect.fail(notFound("user", "user_id")) : row.status === "deleted" ? Effect.fail(tombstoned) : Effect.succeed(row))
+
+    const getUser = (p: Principal, id: string) => Effect.map(liveUser(p, id), Repo.toUser)
+
+    const createUser = (
+      p: Principal,
+      body: { external_id: string; display_name: string; email?: string | null | undefined }
+    ) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const at = yield* now
+        const tomb = yield* sql`SELECT 1 FROM tombstones
+          WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment} AND kind = 'user'
+            AND key = ${tombstoneKey(body.external_id)} AND expires_at > ${at}`
+        if (tomb.length > 0) return yield* tombstoned
+        const id = yield* makeId("user")
+        const [row] = yield* sql<Repo.UserRow>`
+          INSERT INTO users (id, tenant_id, environment, external_id, display_name, email, status, created_at, updated_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.external_id}, ${body.display_name},
+                  ${body.email ?? null}, 'active', ${at}, ${at})
+          ON CONFLICT DO NOTHING RETURNING *`
+        if (!row) return yield* conflict("already_exists", "A user with this external_id already exists")
+        return Repo.toUser(row)
+      }))
+
+    const updateUser = (
+      p: Principal,
+      id: string,
+      body: { display_name?: string | undefined; email?: string | null | undefined }
+    ) =>
+      Effect.gen(function*() {
+        if (body.display_name === undefined && body.email === undefined) {
+          return yield* invalid("parameter_missing", "Send at least one of display_name, email")
+        }
+        yield* liveUser(p, id)
+        const at = yield* now
+        const [row] = yield* sql<Repo.UserRow>`
+          UPDATE users SET
+            display_name = COALESCE(${body.display_name ?? null}, display_name),
+            email = CASE WHEN ${body.email !== undefined} THEN ${body.email ?? null} ELSE email END,
+            updated_at = ${at}
+          WHERE id = ${id} AND status = 'active' RETURNING *`
+        if (!row) return yield* tombstoned
+        return Repo.toUser(row)
+      })
+
+    /**
+     * Denies the user's access at once (status `deleted`, derived keys revoked, tombstone written)
+     * and queues the purge of its live data.
+     */
+    const deleteUser = (p: Principal, id: string) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const user = yield* liveUser(p, id)
+        const at = yield* now
+        yield* sql`UPDATE users SET status = 'deleted', deleted_at = ${at}, updated_at = ${at} WHERE id = ${id}`
+        yield* sql`UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'user_deleted'
+                   WHERE user_id = ${id} AND revoked_at IS NULL`
+        yield* sql`
+          INSERT INTO tombstones (tenant_id, environment, kind, key, resource_id, created_at, expires_at)
+          VALUES (${p.tenantId}, ${p.environment}, 'user', ${tombstoneKey(user.external_id ?? id)}, ${id}, ${at},
+                  ${new Date(at.getTime() + settings.tombstoneTtlSeconds * 1000)})
+          ON CONFLICT (tenant_id, environment, kind, key) DO UPDATE SET resource_id = EXCLUDED.resource_id,
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at`
+        return yield* queueDeletion(p, "user", id, at)
+      }))
+
+    // ---- service actors -------------------------------------------------------------------
+    const listServiceActors = (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, "service_actors", cellOf(p))
+        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
+        const rows = yield* repo.serviceActors(p.tenantId, p.environment, after, limit)
+        return Cursor.page(rows, limit, "service_actors", cellOf(p), Repo.toServiceActor)
+      })
+
+    const getServiceActor = (p: Principal, id: string) =>
+      Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(Repo.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id")))
+
+    const createServiceActor = (p: Principal, name: string) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const id = yield* makeId("sa")
+        const [row] = yield* sql<Repo.ServiceActorRow>`
+          INSERT INTO service_actors (id, tenant_id, environment, name, created_at, updated_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${name}, ${at}, ${at}) RETURNING *`
+        return Repo.toServiceActor(row!)
+      })
+
+
+    return {
+      getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
+      listTenants: (p: Principal) => dieOnSqlError(Effect.map(getTenant(p), (t) => ({ items: [t], next_cursor: null }))),
+      updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),
+      deleteTenant: (p: Principal) => dieOnSqlError(deleteTenant(p)),
+      listEnvironments: (p: Principal) => dieOnSqlError(listEnvironments(p)),
+      getEnvironment: (p: Principal) => dieOnSqlError(getEnvironment(p)),
+      deleteEnvironment: (p: Principal) => dieOnSqlError(deleteEnvironment(p)),
+      getDeletionJob: (p: Principal, id: string) => dieOnSqlError(getDeletionJob(p, id)),
+      listApiKeys: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listApiKeys(p, params)),
+      getApiKey: (p: Principal, id: string) => dieOnSqlError(getApiKey(p, id)),
+      revokeApiKey: (p: Principal, id: string) => dieOnSqlError(revokeApiKey(p, id)),
+      listUsers: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listUsers(p, params)),
+      getUser: (p: Principal, id: string) => dieOnSqlError(getUser(p, id)),
+      createUser: (p: Principal, body: Parameters<typeof createUser>[1]) => dieOnSqlError(createUser(p, body)),
+      updateUser: (p: Principal, id: string, body: Parameters<typeof updateUser>[2]) => dieOnSqlError(updateUser(p, id, body)),
+      deleteUser: (p: Principal, id: string) => dieOnSqlError(deleteUser(p, id)),
+      listServiceActors: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listServiceActors(p, params)),
+      getServiceActor: (p: Principal, id: string) => dieOnSqlError(getServiceActor(p, id)),
+      createServiceActor: (p: Principal, name: string) => dieOnSqlError(createServiceActor(p, name))
+    } as const
+  }),
+  dependencies: [Repo.PlatformRepo.Default]
+}) {}
+
+export type { EnvironmentName }

@@ -1,0 +1,164 @@
+/** The platform plane of /v1 (contract part 4): tenants, environments, keys, users, service actors, deletion jobs. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
+import { Schema } from "effect"
+import { Accepted, List, Single } from "../Domain/Envelope.js"
+import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import {
+  ApiKey,
+  CreateServiceActor,
+  CreateUser,
+  DeletionJob,
+  Environment,
+  ServiceActor,
+  Tenant,
+  UpdateActor,
+  UpdateTenant,
+  User
+} from "../Domain/Platform.js"
+import { ListParams } from "./Cursor.js"
+import { RequiredScopes, ServiceKey } from "./Security.js"
+
+const tenantId = HttpApiSchema.param("tenant_id", PathId)
+const environment = HttpApiSchema.param("environment", EnvironmentName)
+const keyId = HttpApiSchema.param("key_id", PathId)
+const userId = HttpApiSchema.param("user_id", PathId)
+const serviceActorId = HttpApiSchema.param("service_actor_id", PathId)
+const jobId = HttpApiSchema.param("deletion_job_id", PathId)
+
+export const IdempotencyHeaders = Schema.Struct({
+  "idempotency-key": Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
+    description: "1 to 255 characters of 0x21-0x7E; scoped by actor, method, path, tenant and environment; replayed for 7 days"
+  })
+})
+
+export class TenantsApi extends HttpApiGroup.make("tenants")
+  .add(
+    HttpApiEndpoint.get("listTenants", "/v1/tenants")
+      .setUrlParams(ListParams)
+      .addSuccess(List(Tenant))
+      .annotate(RequiredScopes, ["tenants:read"])
+  )
+  .add(
+    HttpApiEndpoint.get("getTenant")`/v1/tenants/${tenantId}`
+      .addSuccess(Single(Tenant))
+      .annotate(RequiredScopes, ["tenants:read"])
+  )
+  .add(
+    HttpApiEndpoint.patch("updateTenant")`/v1/tenants/${tenantId}`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(UpdateTenant)
+      .addSuccess(Single(Tenant))
+      .annotate(RequiredScopes, ["tenants:write"])
+  )
+  .add(
+    HttpApiEndpoint.del("deleteTenant")`/v1/tenants/${tenantId}`
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Accepted(DeletionJob))
+      .annotate(RequiredScopes, ["tenants:write"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class EnvironmentsApi extends HttpApiGroup.make("environments")
+  .add(
+    HttpApiEndpoint.get("listEnvironments")`/v1/tenants/${tenantId}/environments`
+      .setUrlParams(ListParams)
+      .addSuccess(List(Environment))
+      .annotate(RequiredScopes, ["environments:read"])
+  )
+  .add(
+    HttpApiEndpoint.get("getEnvironment")`/v1/tenants/${tenantId}/environments/${environment}`
+      .addSuccess(Single(Environment))
+      .annotate(RequiredScopes, ["environments:read"])
+  )
+  .add(
+    HttpApiEndpoint.del("deleteEnvironment")`/v1/tenants/${tenantId}/environments/${environment}`
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Accepted(DeletionJob))
+      .annotate(RequiredScopes, ["environments:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getDeletionJob")`/v1/tenants/${tenantId}/environments/${environment}/deletion-jobs/${jobId}`
+      .addSuccess(Single(DeletionJob))
+      .annotate(RequiredScopes, ["environments:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class ApiKeysApi extends HttpApiGroup.make("api-keys")
+  .add(
+    HttpApiEndpoint.get("listApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys`
+      .setUrlParams(ListParams)
+      .addSuccess(List(ApiKey))
+      .annotate(RequiredScopes, ["keys:read"])
+  )
+  .add(
+    HttpApiEndpoint.get("getApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}`
+      .addSuccess(Single(ApiKey))
+      .annotate(RequiredScopes, ["keys:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("revokeApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}/revoke`
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Single(ApiKey))
+      .annotate(RequiredScopes, ["keys:revoke"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class UsersApi extends HttpApiGroup.make("users")
+  .add(
+    HttpApiEndpoint.get("listUser")`/v1/tenants/${tenantId}/environments/${environment}/users`
+      .setUrlParams(ListParams)
+      .addSuccess(List(User))
+      .annotate(RequiredScopes, ["users:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createUser")`/v1/tenants/${tenantId}/environments/${environment}/users`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateUser)
+      .addSuccess(Single(User, 201))
+      .annotate(RequiredScopes, ["users:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .addSuccess(Single(User))
+      .annotate(RequiredScopes, ["users:read"])
+  )
+  .add(
+    HttpApiEndpoint.patch("updateUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(UpdateActor)
+      .addSuccess(Single(User))
+      .annotate(RequiredScopes, ["users:write"])
+  )
+  .add(
+    HttpApiEndpoint.del("deleteUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Accepted(DeletionJob))
+      .annotate(RequiredScopes, ["users:write"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class ServiceActorsApi extends HttpApiGroup.make("service-actors")
+  .add(
+    HttpApiEndpoint.get("listServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors`
+      .setUrlParams(ListParams)
+      .addSuccess(List(ServiceActor))
+      .annotate(RequiredScopes, ["service-actors:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateServiceActor)
+      .addSuccess(Single(ServiceActor, 201))
+      .annotate(RequiredScopes, ["service-actors:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors/${serviceActorId}`
+      .addSuccess(Single(ServiceActor))
+      .annotate(RequiredScopes, ["service-actors:read"])
+  )
+  .middleware(ServiceKey)
+{}

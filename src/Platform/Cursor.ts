@@ -1,0 +1,53 @@
+/**
+ * Opaque list cursors (D6): base64url of `{l: list, c: tenant/environment, k: last id}`. Keyset
+ * pagination over time-ordered ids, newest first, so concurrent inserts never cause duplicates or
+ * skips. A cursor of another list, tenant or environment, or a malformed one, is 400 `invalid_cursor`.
+ */
+import { Effect, Schema } from "effect"
+import { InvalidRequest } from "../Domain/Errors.js"
+
+export const ListParams = Schema.Struct({
+  limit: Schema.optional(
+    Schema.NumberFromString.pipe(
+      Schema.int({ message: () => "must be an integer from 1 to 100" }),
+      Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
+    )
+  ).annotations({ description: "Page size, 1 to 100 (default 50)" }),
+  cursor: Schema.optional(Schema.String).annotations({ description: "The `next_cursor` of the previous page" })
+})
+export type ListParams = typeof ListParams.Type
+
+export const DEFAULT_LIMIT = 50
+
+const invalid = new InvalidRequest({ code: "invalid_cursor", message: "The cursor is malformed or belongs to another list", param: "cursor" })
+
+export const encode = (list: string, cell: string, lastId: string): string =>
+  Buffer.from(JSON.stringify({ l: list, c: cell, k: lastId })).toString("base64url")
+
+export const decode = (cursor: string | undefined, list: string, cell: string): Effect.Effect<string | undefined, InvalidRequest> =>
+  Effect.suspend(() => {
+    if (cursor === undefined) return Effect.succeed(undefined)
+    try {
+      const v = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"))
+      if (v && v.l === list && v.c === cell && typeof v.k === "string") return Effect.succeed(v.k as string)
+    } catch {
+      // fallthrough
+    }
+    return Effect.fail(invalid)
+  })
+
+/** Turns `limit + 1` fetched rows into a page. */
+export const page = <Row extends { id: string }, A>(
+  rows: ReadonlyArray<Row>,
+  limit: number,
+  list: string,
+  cell: string,
+  toResource: (row: Row) => A
+) => {
+  const items = rows.slice(0, limit)
+  const more = rows.length > limit
+  return {
+    items: items.map(toResource),
+    next_cursor: more ? encode(list, cell, items[items.length - 1]!.id) : null
+  }
+}

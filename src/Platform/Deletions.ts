@@ -1,0 +1,81 @@
+/**
+ * The purge worker (contract 4 rules 6-7): deletion jobs whose `purge_after` has come are taken
+ * one at a time (`FOR UPDATE SKIP LOCKED`, so several processes share the work) and their live
+ * data is removed in one transaction with the job's completion. Expired tombstones are swept too.
+ * Both run on Effect's Clock, so a suite drives the 24 h purge window with TestClock.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Schedule } from "effect"
+import { Settings } from "../Settings.js"
+import type { DeletionJobRow } from "./Repo.js"
+
+export class Deletions extends Effect.Service<Deletions>()("Deletions", {
+  scoped: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* Settings
+
+    const purgeEnvironment = (tenantId: string, environment: string, at: Date) =>
+      Effect.all([
+        sql`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ${at}), revoked_reason = COALESCE(revoked_reason, 'environment_deleted'),
+                                service_actor_id = NULL
+            WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`UPDATE users SET external_id = NULL, display_name = NULL, email = NULL, status = 'deleted',
+                             deleted_at = COALESCE(deleted_at, ${at}), updated_at = ${at}
+            WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM service_actors WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM idempotency_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`UPDATE environments SET state = 'deleted', updated_at = ${at} WHERE tenant_id = ${tenantId} AND name = ${environment}`
+      ], { discard: true })
+
+    const purge = (job: DeletionJobRow, at: Date) => {
+      switch (job.resource_type) {
+        case "user":
+          return sql`UPDATE users SET external_id = NULL, display_name = NULL, email = NULL, updated_at = ${at}
+                     WHERE id = ${job.resource_id} AND tenant_id = ${job.tenant_id}`.pipe(Effect.asVoid)
+        case "environment":
+          return purgeEnvironment(job.tenant_id, job.environment, at)
+        case "tenant":
+          return Effect.gen(function*() {
+            const envs = yield* sql<{ name: string }>`SELECT name FROM environments WHERE tenant_id = ${job.tenant_id}`
+            for (const env of envs) yield* purgeEnvironment(job.tenant_id, env.name, at)
+            yield* sql`UPDATE tenants SET status = 'deleted', name = '', updated_at = ${at} WHERE id = ${job.tenant_id}`
+          })
+      }
+    }
+
+    /** Runs one due job; false when none is due. */
+    const runOne = Effect.gen(function*() {
+      const at = new Date(yield* Clock.currentTimeMillis)
+      return yield* sql.withTransaction(Effect.gen(function*() {
+        const [job] = yield* sql<DeletionJobRow>`
+          SELECT * FROM deletion_jobs WHERE state IN ('queued', 'running') AND purge_after <= ${at}
+          ORDER BY purge_after LIMIT 1 FOR UPDATE SKIP LOCKED`
+        if (!job) return false
+        yield* purge(job, at)
+        yield* sql`UPDATE deletion_jobs SET state = 'succeeded', started_at = COALESCE(started_at, ${at}), completed_at = ${at}
+                   WHERE id = ${job.id}`
+        yield* Effect.logInfo("deletion job succeeded").pipe(Effect.annotateLogs({ job: job.id, resource: job.resource_type }))
+        return true
+      }))
+    })
+
+    const sweepTombstones = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      sql`DELETE FROM tombstones WHERE expires_at <= ${new Date(now)}`)
+
+    /** Purges everything that is due, then sweeps tombstones past retention. */
+    const runDue = Effect.gen(function*() {
+      let n = 0
+      while (yield* runOne) n++
+      yield* sweepTombstones
+      return n
+    }).pipe(Effect.orDie, Effect.withSpan("Deletions.runDue"))
+
+    yield* runDue.pipe(
+      Effect.catchAllCause((cause) => Effect.logError("deletion worker failed", cause)),
+      Effect.repeat(Schedule.spaced(`${settings.sweepIntervalSeconds} seconds`)),
+      Effect.forkScoped
+    )
+
+    return { runDue } as const
+  })
+}) {}

@@ -1,0 +1,171 @@
+/**
+ * Idempotency (D5), in Postgres. A request reserves its key with one INSERT; a racing duplicate
+ * finds the reservation and gets 409 `idempotency_key_in_use` (or the stored replay once the first
+ * completes). Completed responses are kept for the replay window; 400 validation failures, 401,
+ * 403, 429, 503 and defects are released instead, so they are safe to retry.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Schedule } from "effect"
+import { createHash } from "node:crypto"
+import { Conflict, InvalidRequest } from "../Domain/Errors.js"
+import { Settings } from "../Settings.js"
+
+export interface Scope {
+  readonly tenantId: string
+  readonly environment: string
+  readonly actor: string
+  readonly method: string
+  readonly path: string
+  readonly key: string
+}
+
+export interface StoredResponse {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly body: string
+}
+
+export type Begin =
+  | { readonly _tag: "Proceed" }
+  | { readonly _tag: "Replay"; readonly response: StoredResponse }
+
+/** 1..255 characters of 0x21..0x7E (D5). */
+export const validKey = (key: string): boolean => /^[\x21-\x7E]{1,255}$/.test(key)
+
+/** Canonical JSON: keys sorted, no whitespace, so key order never changes the fingerprint. */
+export const canonicalJson = (value: unknown): string => {
+  if (value === null || typeof value !== "object") return JSON.stringify(value)
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`
+  const entries = Object.keys(value as object)
+    .sort()
+    .filter((k) => (value as any)[k] !== undefined)
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as any)[k])}`)
+  return `{${entries.join(",")}}`
+}
+
+export const fingerprint = (method: string, path: string, body: string): string => {
+  let canonical = body
+  if (body.trim() !== "") {
+    try {
+      canonical = canonicalJson(JSON.parse(body))
+    } catch {
+      canonical = body
+    }
+  }
+  return createHash("sha256").update(`${method}\n${path}\n${canonical}`).digest("hex")
+}
+
+/** Statuses whose response is stored for replay. Everything else is released (safe to retry). */
+export const isStored = (status: number): boolean =>
+  (status >= 200 && status < 300) || status === 404 || status === 409 || status === 410
+
+/** A secret in a stored response replays as metadata only: every `secret` field becomes null. */
+export const redactSecrets = (value: unknown): unknown => {
+  if (Array.isArray(value)) return value.map(redactSecrets)
+  if (value !== null && typeof value === "object") {
+    const out: Record<string, unknown> = {}
+    for (const [k, v] of Object.entries(value)) out[k] = k === "secret" && typeof v === "string" ? null : redactSecrets(v)
+    return out
+  }
+  return value
+}
+
+interface Row {
+  readonly fingerprint: string
+  readonly state: "in_flight" | "completed"
+  readonly locked_until: Date | null
+  readonly status: number | null
+  readonly headers: Record<string, string> | null
+  readonly body: string | null
+  readonly expires_at: Date
+}
+
+export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
+  scoped: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* Settings
+
+    const where = (s: Scope) =>
+      sql`tenant_id = ${s.tenantId} AND environment = ${s.environment} AND actor = ${s.actor}
+          AND method = ${s.method} AND path = ${s.path} AND key = ${s.key}`
+
+    /** Reserve the key, or say why not. */
+    const begin = (s: Scope, fp: string): Effect.Effect<Begin, Conflict | InvalidRequest> =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const lockedUntil = new Date(now + settings.idempotencyLockSeconds * 1000)
+        const expires = new Date(now + settings.idempotencyTtlSeconds * 1000)
+        const reserve = sql`
+          INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
+                                        locked_until, created_at, expires_at)
+          VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fp},
+                  'in_flight', ${lockedUntil}, ${new Date(now)}, ${expires})
+          ON CONFLICT DO NOTHING
+          RETURNING key`
+        for (let attempt = 0; attempt < 3; attempt++) {
+          const inserted = yield* reserve
+          if (inserted.length > 0) return { _tag: "Proceed" } as const
+          const [row] = yield* sql<Row>`SELECT fingerprint, state, locked_until, status, headers, body, expires_at
+                                         FROM idempotency_keys WHERE ${where(s)}`
+          if (!row) continue // released meanwhile: try again
+          if (row.expires_at.getTime() <= now) {
+            // Outside the replay window: the old record no longer exists for the caller.
+            yield* sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND expires_at <= ${new Date(now)}`
+            continue
+          }
+          if (row.fingerprint !== fp) {
+            return yield* new Conflict({
+              code: "idempotency_key_reused",
+              message: "This Idempotency-Key was already used with a different request payload"
+            })
+          }
+          if (row.state === "completed") {
+            return { _tag: "Replay", response: { status: row.status!, headers: row.headers ?? {}, body: row.body ?? "" } } as const
+          }
+          if (row.locked_until !== null && row.locked_until.getTime() <= now) {
+            // The original holder died without finishing: take the reservation over.
+            const taken = yield* sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil}
+                                     WHERE ${where(s)} AND state = 'in_flight' AND locked_until = ${row.locked_until}
+                                     RETURNING key`
+            if (taken.length > 0) return { _tag: "Proceed" } as const
+            continue
+          }
+          return yield* new Conflict({
+            code: "idempotency_key_in_use",
+            message: "A request with this Idempotency-Key is still being processed; retry later"
+          })
+        }
+        return yield* new Conflict({
+          code: "idempotency_key_in_use",
+          message: "A request with this Idempotency-Key is still being processed; retry later"
+        })
+      }).pipe(Effect.catchTag("SqlError", Effect.die), Effect.withSpan("Idempotency.begin"))
+
+    const complete = (s: Scope, response: StoredResponse) =>
+      sql`UPDATE idempotency_keys SET state = 'completed', locked_until = NULL, status = ${response.status},
+                 headers = ${JSON.stringify(response.headers)}::jsonb, body = ${response.body}
+          WHERE ${where(s)} AND state = 'in_flight'`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("Idempotency.complete"))
+
+    const release = (s: Scope) =>
+      sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND state = 'in_flight'`.pipe(
+        Effect.asVoid,
+        Effect.orDie,
+        Effect.withSpan("Idempotency.release")
+      )
+
+    /** Deletes records past the replay window. */
+    const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      sql`DELETE FROM idempotency_keys WHERE expires_at <= ${new Date(now)} RETURNING key`.pipe(
+        Effect.map((r) => r.length),
+        Effect.orDie
+      ))
+
+    yield* sweep.pipe(
+      Effect.repeat(Schedule.spaced(`${settings.sweepIntervalSeconds} seconds`)),
+      Effect.catchAllCause((cause) => Effect.logWarning("idempotency sweep failed", cause)),
+      Effect.forkScoped
+    )
+
+    return { begin, complete, release, sweep } as const
+  })
+}) {}

@@ -1,0 +1,26 @@
+/**
+ * Per-operation scopes (contract part 5). An endpoint declares its scopes once with `scopes(...)`;
+ * the same annotation drives the `ServiceKey` middleware (403 `missing_scope`) and the OpenAPI
+ * `security` requirement.
+ */
+import { HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Context, Schema } from "effect"
+import { AuthenticationError, PermissionError } from "../Domain/Errors.js"
+import { CurrentPrincipal } from "../Domain/Principal.js"
+import type { Scope } from "../Domain/Scopes.js"
+
+export class RequiredScopes extends Context.Tag("RequiredScopes")<RequiredScopes, ReadonlyArray<Scope>>() {}
+
+export class ServiceKey extends HttpApiMiddleware.Tag<ServiceKey>()("ServiceKey", {
+  provides: CurrentPrincipal,
+  failure: Schema.Union(AuthenticationError, PermissionError),
+  security: {
+    ServiceKey: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(
+        OpenApi.Description,
+        "A service key (`sk_test_...` / `sk_live_...`) sent as `Authorization: Bearer <key>`. Keys are bound to one tenant and environment."
+      )
+    )
+  }
+}) {}
+

@@ -1,0 +1,68 @@
+/**
+ * The `ServiceKey` middleware: the pipeline has already authenticated the key (so revocation is
+ * checked on every request); here the operation's declared scopes are enforced (403
+ * `missing_scope`) and the principal is provided to handlers.
+ */
+import { HttpApiBuilder, HttpApiError, type HttpApiGroup, HttpRouter, type HttpServerResponse } from "@effect/platform"
+import { Context, Effect, FiberRef, Layer } from "effect"
+import { Api } from "../Api.js"
+import { AuthenticationFailed, InvalidRequest, PermissionDenied } from "../Domain/Errors.js"
+import { currentRequest } from "../Domain/RequestContext.js"
+import { RequiredScopes, ServiceKey } from "./Security.js"
+
+const scopeTable = () => {
+  const table = new Map<string, ReadonlyArray<string>>()
+  for (const group of Object.values(Api.groups) as unknown as Array<HttpApiGroup.HttpApiGroup.AnyWithProps>) {
+    for (const endpoint of Object.values(group.endpoints)) {
+      const scopes = Context.getOrElse(endpoint.annotations, RequiredScopes, () => undefined)
+      if (scopes) table.set(`${endpoint.method} ${endpoint.path}`, scopes)
+    }
+  }
+  return table
+}
+
+export const ServiceKeyLive = Layer.sync(ServiceKey, () => {
+  const table = scopeTable()
+  return ServiceKey.of({
+    ServiceKey: () =>
+      Effect.gen(function*() {
+        const state = yield* FiberRef.get(currentRequest)
+        const principal = state.principal
+        if (!principal) {
+          return yield* new AuthenticationFailed({ code: "missing_api_key", message: "A service key is required" })
+        }
+        const route = yield* HttpRouter.RouteContext
+        const required = table.get(`${route.route.method} ${route.route.path}`)
+        if (required === undefined) {
+          return yield* Effect.dieMessage(`no scopes declared for ${route.route.method} ${route.route.path}`)
+        }
+        const missing = required.filter((s) => !(principal.scopes as ReadonlyArray<string>).includes(s))
+        if (missing.length > 0) {
+          return yield* new PermissionDenied({
+            code: "missing_scope",
+            message: `This key lacks the scope(s) this operation needs: ${missing.join(", ")}`
+          })
+        }
+        return principal
+      })
+  })
+})
+
+/**
+ * Request decoding failures of the HttpApi (path, query, headers, body) become the D3 400
+ * envelope, naming the first offending parameter.
+ */
+export const DecodeErrorsLive = HttpApiBuilder.middleware((app) =>
+  Effect.catchAll(app as unknown as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, never>, (e) => {
+    if (!(e instanceof HttpApiError.HttpApiDecodeError)) return Effect.fail(e)
+    const issue = e.issues[0]
+    const param = issue?.path.map(String).join(".")
+    return Effect.fail(
+      new InvalidRequest({
+        code: issue?._tag === "Missing" ? "parameter_missing" : "parameter_invalid",
+        message: issue ? `${param ? param + ": " : ""}${issue.message}` : e.message,
+        ...(param ? { param } : {})
+      })
+    )
+  }) as unknown as typeof app
+)

@@ -1,0 +1,100 @@
+/**
+ * The cell supervisor: starts a cell on first use, keeps one per tenant/environment in this
+ * process, and stops cells that have been idle for `CELL_IDLE_TIMEOUT_SECONDS` (the next command
+ * restores them, with a new generation). Each cell lives in its own child scope, so closing one
+ * never touches another.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Deferred, ExecutionStrategy, Effect, Exit, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Settings } from "../Settings.js"
+import * as Cell from "./Cell.js"
+import { type CellCommand, type CellId, cellKey, type ReplyOf } from "./CellProtocol.js"
+
+interface Entry {
+  readonly cell: Deferred.Deferred<Cell.Cell>
+  readonly scope: Scope.CloseableScope
+}
+
+export class Cells extends Effect.Service<Cells>()("Cells", {
+  scoped: Effect.gen(function*() {
+    const settings = yield* Settings
+    const sql = yield* SqlClient.SqlClient
+    const parent = yield* Effect.scope
+    const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
+    const options: Cell.CellOptions = { rateLimit: settings.rateLimit }
+
+    const start = (id: CellId) =>
+      SynchronizedRef.modifyEffect(entries, (map) => {
+        const existing = map.get(cellKey(id))
+        if (existing) return Effect.succeed([existing, map] as const)
+        return Effect.gen(function*() {
+          const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
+          const cell = yield* Deferred.make<Cell.Cell>()
+          const entry: Entry = { cell, scope }
+          // Build outside the lock; waiters join the Deferred.
+          yield* Cell.make(id, options).pipe(
+            Effect.provideService(SqlClient.SqlClient, sql),
+            Scope.extend(scope),
+            Effect.exit,
+            Effect.flatMap((exit) =>
+              Effect.zipRight(
+                Deferred.done(cell, exit),
+                // A cell that failed to start is forgotten, so the next command tries again.
+                Exit.isFailure(exit) ? forget(id, entry) : Effect.void
+              )
+            ),
+            Effect.forkIn(scope)
+          )
+          return [entry, new Map(map).set(cellKey(id), entry)] as const
+        })
+      })
+
+    const forget = (id: CellId, entry: Entry) =>
+      SynchronizedRef.update(entries, (map) => {
+        if (map.get(cellKey(id)) !== entry) return map
+        const next = new Map(map)
+        next.delete(cellKey(id))
+        return next
+      })
+
+    /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
+    const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> =>
+      Effect.flatMap(start(id), (entry) => Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
+
+    const stopIdle = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const idleMs = settings.cellIdleTimeoutSeconds * 1000
+      yield* SynchronizedRef.updateEffect(entries, (map) =>
+        Effect.gen(function*() {
+          const next = new Map(map)
+          for (const [key, entry] of map) {
+            const polled = yield* Deferred.poll(entry.cell)
+            if (polled._tag === "None") continue // still starting
+            const cell = yield* Effect.option(polled.value)
+            if (cell._tag === "Some" && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
+            next.delete(key)
+            yield* Scope.close(entry.scope, Exit.void)
+          }
+          return next
+        }))
+    })
+
+    yield* stopIdle.pipe(
+      Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(settings.cellIdleTimeoutSeconds / 4))} seconds`)),
+      Effect.forkScoped
+    )
+
+    const activeCount = Effect.map(SynchronizedRef.get(entries), (m) => m.size)
+    /** Stops a cell now (e.g. its environment was deleted). */
+    const stop = (id: CellId) =>
+      SynchronizedRef.updateEffect(entries, (map) => {
+        const entry = map.get(cellKey(id))
+        if (!entry) return Effect.succeed(map)
+        const next = new Map(map)
+        next.delete(cellKey(id))
+        return Effect.as(Scope.close(entry.scope, Exit.void), next)
+      })
+
+    return { send, stop, activeCount } as const
+  })
+}) {}

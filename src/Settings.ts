@@ -1,0 +1,75 @@
+/**
+ * Operator-tunable configuration, read once through Effect `Config` (environment variables by
+ * default). Tests replace the whole layer with `Layer.succeed(Settings, ...)`.
+ */
+import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
+
+export interface SettingsShape {
+  readonly port: number
+  readonly host: string
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  readonly dataDir: string
+  readonly operatorToken: Option.Option<Redacted.Redacted<string>>
+  readonly publicBaseUrl: Option.Option<string>
+  /** cell resources */
+  readonly rateLimit: { readonly ratePerSecond: number; readonly burst: number }
+  readonly cellIdleTimeoutSeconds: number
+  readonly dbPoolSize: number
+  /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
+  readonly idempotencyTtlSeconds: number
+  readonly tombstoneTtlSeconds: number
+  /** how long an in-flight idempotency reservation may stay locked before it is presumed dead */
+  readonly idempotencyLockSeconds: number
+  /** deletion purge: delay before live data is purged (contract 4 rule 6: within 24 h) and the sweep interval */
+  readonly purgeDelaySeconds: number
+  readonly sweepIntervalSeconds: number
+}
+
+export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>() {
+  static readonly config = Config.all({
+    port: Config.port("PORT").pipe(Config.withDefault(8080)),
+    host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
+    databaseUrl: Config.option(Config.redacted("DATABASE_URL")).pipe(
+      Config.map(Option.filter((u) => Redacted.value(u).length > 0))
+    ),
+    dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+    operatorToken: Config.option(Config.redacted("OPERATOR_TOKEN")).pipe(
+      Config.map(Option.filter((u) => Redacted.value(u).length > 0))
+    ),
+    publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
+    rateLimit: Config.all({
+      ratePerSecond: Config.number("CELL_RATE_LIMIT_RPS").pipe(Config.withDefault(60)),
+      burst: Config.integer("CELL_RATE_LIMIT_BURST").pipe(Config.withDefault(120))
+    }),
+    cellIdleTimeoutSeconds: Config.integer("CELL_IDLE_TIMEOUT_SECONDS").pipe(Config.withDefault(600)),
+    dbPoolSize: Config.integer("DB_POOL_SIZE").pipe(Config.withDefault(20)),
+    idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
+    tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
+    idempotencyLockSeconds: Config.integer("IDEMPOTENCY_LOCK_SECONDS").pipe(Config.withDefault(60)),
+    purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
+    sweepIntervalSeconds: Config.integer("SWEEP_INTERVAL_SECONDS").pipe(Config.withDefault(60))
+  })
+
+  static readonly layer = Layer.effect(Settings, Settings.config)
+
+  /** Defaults for tests and tools: the same values an unconfigured process gets. */
+  static readonly defaults = (overrides: Partial<SettingsShape> = {}): SettingsShape => ({
+    port: 0,
+    host: "127.0.0.1",
+    databaseUrl: Option.none(),
+    dataDir: "./.data",
+    operatorToken: Option.none(),
+    publicBaseUrl: Option.none(),
+    rateLimit: { ratePerSecond: 60, burst: 120 },
+    cellIdleTimeoutSeconds: 600,
+    dbPoolSize: 10,
+    idempotencyTtlSeconds: 7 * 24 * 3600,
+    tombstoneTtlSeconds: 90 * 24 * 3600,
+    idempotencyLockSeconds: 60,
+    purgeDelaySeconds: 3600,
+    sweepIntervalSeconds: 60,
+    ...overrides
+  })
+}
+
+export const settings = Effect.flatMap(Settings, Effect.succeed)

@@ -1,0 +1,54 @@
+/**
+ * Composition root: `npm start`. Config from the environment (see README), Postgres from
+ * DATABASE_URL or embedded, migrations, then the HTTP server. SIGTERM/SIGINT interrupt the main
+ * fiber: the server stops accepting, in-flight requests finish, the embedded Postgres stops.
+ */
+import { HttpServer } from "@effect/platform"
+import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import { Config, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { createServer } from "node:http"
+import { DatabaseLive } from "./Database/Client.js"
+import { HttpLive } from "./Http.js"
+import { OperatorToken } from "./Operator/Token.js"
+import { Settings } from "./Settings.js"
+
+const ServerLive = Layer.unwrapEffect(
+  Effect.map(Settings, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host }))
+)
+
+const Announce = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const server = yield* HttpServer.HttpServer
+    const settings = yield* Settings
+    const token = yield* OperatorToken
+    const address = server.address._tag === "TcpAddress"
+      ? `http://${server.address.hostname}:${server.address.port}`
+      : server.address.path
+    yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(
+      Effect.annotateLogs({ public_base_url: Option.getOrElse(settings.publicBaseUrl, () => address) })
+    )
+    if (token.source === "config") {
+      yield* Effect.logInfo("operator token: from OPERATOR_TOKEN")
+    } else {
+      // Printed so a new operator can use the CLI; stored at token.file with mode 0600.
+      yield* Effect.logInfo(`operator token (${token.source}, stored in ${token.file}): ${Redacted.value(token.token)}`)
+    }
+  })
+)
+
+const LogLevelLive = Layer.unwrapEffect(
+  Effect.map(
+    Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)),
+    (level) => Logger.minimumLogLevel(level)
+  )
+)
+
+export const MainLive = Announce.pipe(
+  Layer.provideMerge(HttpLive),
+  Layer.provide(ServerLive),
+  Layer.provide(DatabaseLive),
+  Layer.provide(Settings.layer),
+  Layer.provide(LogLevelLive)
+)
+
+Layer.launch(MainLive).pipe(NodeRuntime.runMain)
