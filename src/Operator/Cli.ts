@@ -1,0 +1,97 @@
+/**
+ * The operator CLI (D1): `npm run operator -- <command>`. It talks to a running server's operator
+ * plane over HTTP with the operator token (OPERATOR_TOKEN, else DATA_DIR/operator-token).
+ *
+ *   npm run operator -- provision-sandbox --organization "Acme" --email ops@acme.test
+ *   npm run operator -- apply-pilot --organization "Acme" --email ops@acme.test
+ *   npm run operator -- approve-pilot pilot_...
+ *   npm run operator -- create-key --tenant ten_... --name ci [--scopes users:read,users:write]
+ */
+import { Args, Command, Options } from "@effect/cli"
+import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Option } from "effect"
+import { readTokenFile } from "./Token.js"
+
+const url = Options.text("url").pipe(
+  Options.withDescription("Base URL of the running server (default: OPERATOR_URL or http://127.0.0.1:$PORT)"),
+  Options.optional
+)
+
+class CliError extends Error {}
+
+const call = (base: Option.Option<string>, method: string, path: string, body?: unknown) =>
+  Effect.gen(function*() {
+    const root = Option.getOrElse(base, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)
+    const envToken = process.env.OPERATOR_TOKEN
+    const token = envToken && envToken.length > 0
+      ? envToken
+      : Option.getOrElse(yield* readTokenFile(process.env.DATA_DIR ?? "./.data"), () => "")
+    if (token === "") {
+      return yield* Effect.fail(new CliError("No operator token: set OPERATOR_TOKEN or DATA_DIR (where the server stored operator-token)"))
+    }
+    const res = yield* Effect.tryPromise({
+      try: () =>
+        fetch(`${root}/operator/v1${path}`, {
+          method,
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+        }),
+      catch: (e) => new CliError(`Cannot reach ${root}: ${String(e)}`)
+    })
+    const json = yield* Effect.promise(() => res.json().catch(() => ({})))
+    if (!res.ok) {
+      return yield* Effect.fail(new CliError(`${method} ${path} -> ${res.status}: ${JSON.stringify(json)}`))
+    }
+    return json as any
+  })
+
+const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
+
+const organization = Options.text("organization").pipe(Options.withDescription("Organization name"))
+const email = Options.text("email").pipe(Options.withDescription("Contact email"))
+const tenant = Options.text("tenant").pipe(Options.withDescription("Tenant id (ten_...)"))
+const environment = Options.choice("environment", ["sandbox", "production"]).pipe(Options.withDefault("sandbox" as const))
+const name = Options.text("name").pipe(Options.withDefault("first key"))
+const scopes = Options.text("scopes").pipe(
+  Options.withDescription("Comma-separated scopes; omit for the first key's quickstart abilities"),
+  Options.optional
+)
+
+const applyPilot = Command.make("apply-pilot", { url, organization, email }, (o) =>
+  Effect.flatMap(call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }), print))
+
+const approvePilot = Command.make("approve-pilot", { url, id: Args.text({ name: "application-id" }) }, (o) =>
+  Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), print))
+
+const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
+  name: o.name,
+  ...Option.match(o.scopes, { onNone: () => ({}), onSome: (s) => ({ scopes: s.split(",").map((x) => x.trim()).filter(Boolean) }) })
+})
+
+const createKey = Command.make("create-key", { url, tenant, environment, name, scopes }, (o) =>
+  Effect.flatMap(call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)), print))
+
+const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes }, (o) =>
+  Effect.gen(function*() {
+    const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
+    const approval = yield* call(o.url, "POST", `/pilot-applications/${application.id}/approve`)
+    const key = yield* call(o.url, "POST", `/tenants/${approval.tenant_id}/environments/sandbox/api-keys`, keyBody(o))
+    yield* print({ pilot_application_id: application.id, tenant_id: approval.tenant_id, environment: "sandbox", api_key: key })
+    yield* Console.error(`\nThe key secret is shown once. Try:\n  curl -H "Authorization: Bearer ${key.secret}" ${Option.getOrElse(o.url, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)}/v1/tenants`)
+  }))
+
+const operator = Command.make("operator").pipe(
+  Command.withDescription("Agent Platform operator plane"),
+  Command.withSubcommands([provisionSandbox, applyPilot, approvePilot, createKey])
+)
+
+const cli = Command.run(operator, { name: "agent-platform operator", version: "0.1.0" })
+
+cli(process.argv).pipe(
+  Effect.catchIf((e): e is CliError => e instanceof CliError, (e) =>
+    Effect.zipRight(Console.error(e.message), Effect.sync(() => {
+      process.exitCode = 1
+    }))),
+  Effect.provide(NodeContext.layer),
+  NodeRuntime.runMain({ disableErrorReporting: false })
+)
