@@ -47,10 +47,11 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
           WHERE k.secret_hash = ${KeySecrets.hash(secret)}`.pipe(Effect.orDie)
         const row = rows[0]
         if (!row) return yield* invalidKey
-        if (row.revoked_at !== null || row.tenant_status !== "active" || row.env_state === "deleting" || row.env_state === "deleted") {
+        if (row.revoked_at !== null || row.tenant_status === "deleted" || row.env_state === "deleted") {
           return yield* new AuthenticationFailed({ code: "key_revoked", message: "This API key has been revoked" })
         }
-        if (row.env_state !== "ready") {
+        const deleting = row.tenant_status === "deleting" || row.env_state === "deleting"
+        if (!deleting && row.env_state !== "ready") {
           return yield* new Unavailable({
             code: "environment_not_ready",
             message: `Environment ${row.environment} is ${row.env_state}`
@@ -62,7 +63,8 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
           environment: row.environment,
           scopes: row.scopes,
           kind: row.kind,
-          actor: { type: "api_key", id: row.id }
+          actor: { type: "api_key", id: row.id },
+          deleting
         } satisfies Principal
       }).pipe(Effect.withSpan("Auth.authenticate"))
 

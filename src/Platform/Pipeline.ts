@@ -11,6 +11,7 @@ import { Cause, Effect, FiberRef, Option } from "effect"
 import { randomBytes } from "node:crypto"
 import {
   type ApiError,
+  Conflict,
   errorClassOf,
   InternalError,
   InvalidRequest,
@@ -92,6 +93,9 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     }
 
     if (!MUTATIONS.has(request.method)) return yield* app
+    if (principal.deleting) {
+      return yield* new Conflict({ code: "deletion_in_progress", message: "This tenant or environment is being deleted; it is read-only" })
+    }
 
     const key = request.headers["idempotency-key"]
     if (key === undefined) {
