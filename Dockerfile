@@ -8,4 +8,4 @@ ENV HOST=0.0.0.0 PORT=8080 DATA_DIR=/data
 RUN mkdir -p /data && chown node:node /data
 USER node
 EXPOSE 8080
-CMD ["npm", "start"]
+CMD ["node", "--import", "tsx", "src/main.ts"]

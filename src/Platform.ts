@@ -74,11 +74,24 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     // ---- environments -----------------------------------------------------------------------
-    const listEnvironments = (p: Principal) =>
-      Effect.map(repo.environment(p.tenantId, p.environment), (row) => ({
-        items: row && row.state !== "deleted" ? [Repo.toEnvironment(row)] : [],
-        next_cursor: null
-      }))
+    // One-item lists: no cursor is ever issued, but one sent is still checked (D6: foreign or
+    // malformed is 400 `invalid_cursor`).
+    const listEnvironments = (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, "environments", cellOf(p))
+        const row = yield* repo.environment(p.tenantId, p.environment)
+        return {
+          items: row && row.state !== "deleted" && (after === undefined || row.id < after) ? [Repo.toEnvironment(row)] : [],
+          next_cursor: null
+        }
+      })
+
+    const listTenants = (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, "tenants", cellOf(p))
+        const tenant = yield* getTenant(p)
+        return { items: after === undefined || tenant.id < after ? [tenant] : [], next_cursor: null }
+      })
 
     const getEnvironment = (p: Principal) =>
       Effect.flatMap(repo.environment(p.tenantId, p.environment), (row) =>
@@ -197,9 +210,19 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       sql.withTransaction(Effect.gen(function*() {
         const user = yield* liveUser(p, id)
         const at = yield* now
-        yield* sql`UPDATE users SET status = 'deleted', deleted_at = ${at}, updated_at = ${at} WHERE id = ${id}`
-        yield* sql`UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'user_deleted'
-                   WHERE user_id = ${id} AND revoked_at IS NULL`
+        // `AND status = 'active'`: of concurrent deletes only one flips the row (the others re-check
+        // it after the first commits and find it deleted), so a user gets one deletion job.
+        const flipped = yield* sql`UPDATE users SET status = 'deleted', deleted_at = ${at}, updated_at = ${at}
+                                   WHERE id = ${id} AND status = 'active' RETURNING id`
+        if (flipped.length === 0) return yield* tombstoned
+        // Keys bound to the user and every lease derived from them (derived authority, contract 4 rule 6).
+        yield* sql`
+          WITH RECURSIVE tree AS (
+            SELECT id FROM api_keys WHERE user_id = ${id}
+            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
+          )
+          UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'user_deleted'
+          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`
         yield* sql`
           INSERT INTO tombstones (tenant_id, environment, kind, key, resource_id, created_at, expires_at)
           VALUES (${p.tenantId}, ${p.environment}, 'user', ${tombstoneKey(user.external_id ?? id)}, ${id}, ${at},
@@ -235,10 +258,10 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
     return {
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
-      listTenants: (p: Principal) => dieOnSqlError(Effect.map(getTenant(p), (t) => ({ items: [t], next_cursor: null }))),
+      listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),
       deleteTenant: (p: Principal) => dieOnSqlError(deleteTenant(p)),
-      listEnvironments: (p: Principal) => dieOnSqlError(listEnvironments(p)),
+      listEnvironments: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listEnvironments(p, params)),
       getEnvironment: (p: Principal) => dieOnSqlError(getEnvironment(p)),
       deleteEnvironment: (p: Principal) => dieOnSqlError(deleteEnvironment(p)),
       getDeletionJob: (p: Principal, id: string) => dieOnSqlError(getDeletionJob(p, id)),

@@ -37,12 +37,28 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
       Config.map(Option.filter((u) => Redacted.value(u).length > 0))
     ),
     publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
+    // Checked here, at start: a cell's limiter refuses (dies on) a policy outside these bounds,
+    // which would turn every /v1 request into a 500.
     rateLimit: Config.all({
-      ratePerSecond: Config.number("CELL_RATE_LIMIT_RPS").pipe(Config.withDefault(60)),
-      burst: Config.integer("CELL_RATE_LIMIT_BURST").pipe(Config.withDefault(120))
+      ratePerSecond: Config.number("CELL_RATE_LIMIT_RPS").pipe(
+        Config.withDefault(60),
+        Config.validate({ message: "CELL_RATE_LIMIT_RPS must be a number > 0", validation: (n) => Number.isFinite(n) && n > 0 })
+      ),
+      burst: Config.integer("CELL_RATE_LIMIT_BURST").pipe(
+        Config.withDefault(120),
+        Config.validate({ message: "CELL_RATE_LIMIT_BURST must be at least 1", validation: (n) => n >= 1 })
+      )
     }),
-    cellIdleTimeoutSeconds: Config.integer("CELL_IDLE_TIMEOUT_SECONDS").pipe(Config.withDefault(600)),
-    dbPoolSize: Config.integer("DB_POOL_SIZE").pipe(Config.withDefault(20)),
+    cellIdleTimeoutSeconds: Config.integer("CELL_IDLE_TIMEOUT_SECONDS").pipe(
+      Config.withDefault(600),
+      Config.validate({ message: "CELL_IDLE_TIMEOUT_SECONDS must be at least 1", validation: (n) => n >= 1 })
+    ),
+    // At least 2: migrations hold their advisory lock on one reserved connection and migrate on
+    // another, so a pool of 1 would wait for itself forever at start.
+    dbPoolSize: Config.integer("DB_POOL_SIZE").pipe(
+      Config.withDefault(20),
+      Config.validate({ message: "DB_POOL_SIZE must be at least 2", validation: (n) => n >= 2 })
+    ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     idempotencyLockSeconds: Config.integer("IDEMPOTENCY_LOCK_SECONDS").pipe(Config.withDefault(60)),

@@ -30,8 +30,17 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
     const purge = (job: DeletionJobRow, at: Date) => {
       switch (job.resource_type) {
         case "user":
-          return sql`UPDATE users SET external_id = NULL, display_name = NULL, email = NULL, updated_at = ${at}
-                     WHERE id = ${job.resource_id} AND tenant_id = ${job.tenant_id}`.pipe(Effect.asVoid)
+          return Effect.all([
+            sql`UPDATE users SET external_id = NULL, display_name = NULL, email = NULL, updated_at = ${at}
+                WHERE id = ${job.resource_id} AND tenant_id = ${job.tenant_id}`,
+            // Stored idempotent responses that carry the user (createUser, updateUser) are live
+            // data too: drop them, so neither the store nor a replay keeps the purged fields.
+            // (A retry of such a request now meets the tombstone: 410.)
+            sql`DELETE FROM idempotency_keys
+                WHERE tenant_id = ${job.tenant_id} AND environment = ${job.environment}
+                  AND strpos(body, ${`"id":${JSON.stringify(job.resource_id)}`}) > 0
+                  AND strpos(body, '"object":"user"') > 0`
+          ], { discard: true })
         case "environment":
           return purgeEnvironment(job.tenant_id, job.environment, at)
         case "tenant":

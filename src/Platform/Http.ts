@@ -18,7 +18,8 @@ const accepted = (tenantId: string, environment: string) => (job: DeletionJob) =
 export const TenantsLive = HttpApiBuilder.group(Api, "tenants", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
-      .handle("listTenants", () => Effect.flatMap(CurrentPrincipal, platform.listTenants))
+      .handle("listTenants", ({ urlParams }) =>
+        Effect.flatMap(CurrentPrincipal, (p) => platform.listTenants(p, urlParams)))
       .handle("getTenant", ({ path }) => Effect.flatMap(ownTenant(path.tenant_id), platform.getTenant))
       .handle("updateTenant", ({ path, payload }) =>
         Effect.flatMap(ownTenant(path.tenant_id), (p) => platform.updateTenant(p, payload.name)))
@@ -29,7 +30,8 @@ export const TenantsLive = HttpApiBuilder.group(Api, "tenants", (handlers) =>
 export const EnvironmentsLive = HttpApiBuilder.group(Api, "environments", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
-      .handle("listEnvironments", ({ path }) => Effect.flatMap(ownTenant(path.tenant_id), platform.listEnvironments))
+      .handle("listEnvironments", ({ path, urlParams }) =>
+        Effect.flatMap(ownTenant(path.tenant_id), (p) => platform.listEnvironments(p, urlParams)))
       .handle("getEnvironment", ({ path }) =>
         Effect.flatMap(ownCell(path.tenant_id, path.environment), platform.getEnvironment))
       .handle("deleteEnvironment", ({ path }) =>

@@ -5,7 +5,7 @@
  * 403, 429, 503 and defects are released instead, so they are safe to retry.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Schedule } from "effect"
+import { Clock, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { Conflict, InvalidRequest } from "../Domain/Errors.js"
 import { Settings } from "../Settings.js"
@@ -123,9 +123,13 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
             return { _tag: "Replay", response: { status: row.status!, headers: row.headers ?? {}, body: row.body ?? "" } } as const
           }
           if (row.locked_until !== null && row.locked_until.getTime() <= now) {
-            // The original holder died without finishing: take the reservation over.
+            // The original holder died without finishing: take the reservation over. The lock is
+            // re-checked in the UPDATE (not compared for equality with the value read: a timestamp
+            // Postgres wrote has microseconds a JS Date drops, so `=` would never match); a racing
+            // taker blocks on the row and then sees the fresh lock, so only one wins.
             const taken = yield* sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil}
-                                     WHERE ${where(s)} AND state = 'in_flight' AND locked_until = ${row.locked_until}
+                                     WHERE ${where(s)} AND state = 'in_flight' AND fingerprint = ${fp}
+                                       AND locked_until <= ${new Date(now)}
                                      RETURNING key`
             if (taken.length > 0) return { _tag: "Proceed" } as const
             continue
@@ -153,6 +157,16 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         Effect.withSpan("Idempotency.release")
       )
 
+    /**
+     * Runs the work of a reserved request to its end even if the caller is interrupted (the client
+     * disconnected): the outcome is still stored, so a retry with the key replays it instead of
+     * executing a second time (an interrupted handler may already have committed). Only the
+     * service's shutdown interrupts it.
+     */
+    const serviceScope = yield* Effect.scope
+    const detached = <A, E, R>(work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.flatMap(Effect.forkIn(work, serviceScope), Fiber.join)
+
     /** Deletes records past the replay window. */
     const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>
       sql`DELETE FROM idempotency_keys WHERE expires_at <= ${new Date(now)} RETURNING key`.pipe(
@@ -166,6 +180,6 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    return { begin, complete, release, sweep } as const
+    return { begin, complete, release, detached, sweep } as const
   })
 }) {}

@@ -37,6 +37,32 @@ const V1_HEADERS = {
 
 export type Spec = OpenApi.OpenAPISpec
 
+/**
+ * Points every `$ref` to `from` at `to` instead, then drops duplicate `anyOf`/`oneOf` alternatives
+ * (collapsing a single remaining one).
+ */
+const replaceRef = (node: any, from: string, to: string): void => {
+  if (node === null || typeof node !== "object") return
+  if (node.$ref === from) node.$ref = to
+  for (const value of Object.values(node)) replaceRef(value, from, to)
+  for (const key of ["anyOf", "oneOf"]) {
+    if (!Array.isArray(node[key])) continue
+    const seen = new Set<string>()
+    const kept = node[key].filter((s: any) => {
+      const id = JSON.stringify(s)
+      if (seen.has(id)) return false
+      seen.add(id)
+      return true
+    })
+    if (kept.length === 1 && Object.keys(node).length === 1) {
+      delete node[key]
+      Object.assign(node, kept[0])
+    } else {
+      node[key] = kept
+    }
+  }
+}
+
 export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec => {
   const endpoints = new Map<string, { name: string; scopes: ReadonlyArray<string> | undefined }>()
   for (const group of Object.values((api as any).groups) as Array<HttpApiGroup.HttpApiGroup.AnyWithProps>) {
@@ -79,11 +105,21 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
         if (status === "202") response.headers.Location = header("Path of the accepted resource to poll")
       }
       if (Array.isArray(op.parameters)) {
-        for (const p of op.parameters) if (p.in === "header" && p.name === "idempotency-key") p.name = "Idempotency-Key"
+        for (const p of op.parameters) {
+          if (p.in === "header" && p.name === "idempotency-key") p.name = "Idempotency-Key"
+          // The schema is NumberFromString, whose encoded side documents a bare string (D6: integer 1..100).
+          if (p.in === "query" && p.name === "limit") {
+            p.schema = { type: "integer", minimum: 1, maximum: 100, default: 50, description: p.schema?.description }
+          }
+        }
       }
     }
   }
+  // Decode failures are answered with the D3 envelope (DecodeErrorsLive), never HttpApiDecodeError:
+  // drop the generated schema and point what referred to it (the generated 400 of operations
+  // outside /v1, like /healthz) at the envelope instead, so no `$ref` dangles.
   for (const name of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete doc.components?.schemas?.[name]
+  replaceRef(doc.paths, "#/components/schemas/HttpApiDecodeError", "#/components/schemas/InvalidRequestError")
   delete doc.components?.securitySchemes?.OperatorToken
   return doc
 }

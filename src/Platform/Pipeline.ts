@@ -52,7 +52,9 @@ const bodyText = (response: HttpServerResponse.HttpServerResponse): string =>
 
 /** Errors that escaped the HttpApi, as envelopes. */
 const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
-  const failure = Cause.failureOption(cause)
+  // The HttpApi reads JSON bodies with `Effect.orDie(request.json)`: an unreadable body arrives
+  // as a defect (RequestError), not as a failure.
+  const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
   if (Option.isSome(failure)) {
     const e: any = failure.value
     if (e?._tag === "RouteNotFound") {
@@ -121,25 +123,29 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
       Object.assign(state.headers, headers, { "idempotent-replayed": "true" })
       return HttpServerResponse.text(stored, { status, contentType: "application/json" })
     }
-    const response = yield* app.pipe(
-      Effect.catchAllCause((cause) => escaped(cause, state)),
-      Effect.onInterrupt(() => idem.release(scope))
-    )
-    if (Idempotency.isStored(response.status)) {
-      const text = bodyText(response)
-      let stored = text
-      try {
-        stored = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
-      } catch {
-        // not JSON: store as is
+    // Detached: a client that disconnects does not cancel the work it started (it may already
+    // have committed); its outcome is stored all the same, for the retry to replay.
+    return yield* idem.detached(Effect.gen(function*() {
+      const response = yield* app.pipe(
+        Effect.catchAllCause((cause) => escaped(cause, state)),
+        Effect.onInterrupt(() => idem.release(scope))
+      )
+      if (Idempotency.isStored(response.status)) {
+        const text = bodyText(response)
+        let stored = text
+        try {
+          stored = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
+        } catch {
+          // not JSON: store as is
+        }
+        const headers: Record<string, string> = { "x-request-id": state.requestId }
+        if (state.headers["location"]) headers["location"] = state.headers["location"]
+        yield* idem.complete(scope, { status: response.status, headers, body: stored })
+      } else {
+        yield* idem.release(scope)
       }
-      const headers: Record<string, string> = { "x-request-id": state.requestId }
-      if (state.headers["location"]) headers["location"] = state.headers["location"]
-      yield* idem.complete(scope, { status: response.status, headers, body: stored })
-    } else {
-      yield* idem.release(scope)
-    }
-    return response
+      return response
+    }))
   })
 
 export const pipeline = HttpMiddleware.make((app) =>

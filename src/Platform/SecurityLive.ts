@@ -51,8 +51,15 @@ export const ServiceKeyLive = Layer.sync(ServiceKey, () => {
 /**
  * Request decoding failures of the HttpApi (path, query, headers, body) become the D3 400
  * envelope, naming the first offending parameter.
+ *
+ * The router must let every path parameter reach that decoding: its default `maxParamLength` of
+ * 100 turned an identifier of 101..128 chars (valid, D2) and one of 129+ (400, D2) into a 404
+ * `route_not_found`. Routing is also made case-sensitive, like the pipeline's `/v1/` gate, so a
+ * path the gate does not treat as `/v1` (e.g. `/V1/tenants`) cannot route to a `/v1` handler.
  */
-export const DecodeErrorsLive = HttpApiBuilder.middleware((app) =>
+const RouterConfigLive = HttpRouter.setRouterConfig({ maxParamLength: Number.MAX_SAFE_INTEGER, caseSensitive: true })
+
+const DecodeErrorsMiddleware = HttpApiBuilder.middleware((app) =>
   Effect.catchAll(app as unknown as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, never>, (e) => {
     if (!(e instanceof HttpApiError.HttpApiDecodeError)) return Effect.fail(e)
     const issue = e.issues[0]
@@ -66,3 +73,5 @@ export const DecodeErrorsLive = HttpApiBuilder.middleware((app) =>
     )
   }) as unknown as typeof app
 )
+
+export const DecodeErrorsLive = Layer.merge(DecodeErrorsMiddleware, RouterConfigLive)

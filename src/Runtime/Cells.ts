@@ -70,8 +70,10 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
           for (const [key, entry] of map) {
             const polled = yield* Deferred.poll(entry.cell)
             if (polled._tag === "None") continue // still starting
-            const cell = yield* Effect.option(polled.value)
-            if (cell._tag === "Some" && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
+            // A cell that failed to start holds a defect: `Effect.option` would let it escape and kill
+            // this sweep loop for good. Such an entry is dropped like an idle one.
+            const cell = yield* Effect.exit(polled.value)
+            if (Exit.isSuccess(cell) && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
             next.delete(key)
             yield* Scope.close(entry.scope, Exit.void)
           }

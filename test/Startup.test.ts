@@ -1,0 +1,453 @@
+/**
+ * Starting the service for real: migrations racing between two processes, and `npm start`
+ * (`npx tsx src/main.ts`) with its embedded Postgres, operator token, persistence and a clean
+ * SIGTERM shutdown.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { SqlClient } from "@effect/sql"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Layer, Option, Redacted } from "effect"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as Migrations from "../src/Database/Migrations.js"
+import { Settings } from "../src/Settings.js"
+import { freshDatabase } from "./support/App.js"
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
+const isRoot = process.getuid?.() === 0
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+const loadSettings = (env: Record<string, string>) =>
+  Effect.either(Effect.withConfigProvider(Settings.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+
+describe("configuration", () => {
+  it.effect("defaults: an unconfigured process gets the documented values", () =>
+    Effect.gen(function*() {
+      const loaded = yield* loadSettings({})
+      expect(loaded._tag).toBe("Right")
+      const s = (loaded as any).right
+      expect(s).toMatchObject({
+        port: 8080,
+        host: "127.0.0.1",
+        dataDir: "./.data",
+        rateLimit: { ratePerSecond: 60, burst: 120 },
+        cellIdleTimeoutSeconds: 600,
+        dbPoolSize: 20
+      })
+      expect(Option.isNone(s.databaseUrl)).toBe(true)
+      expect(Option.isNone(s.operatorToken)).toBe(true)
+      // Empty DATABASE_URL / OPERATOR_TOKEN count as unset.
+      const empty = yield* loadSettings({ DATABASE_URL: "", OPERATOR_TOKEN: "" })
+      expect(Option.isNone((empty as any).right.databaseUrl)).toBe(true)
+      expect(Option.isNone((empty as any).right.operatorToken)).toBe(true)
+    }))
+
+  it.effect("refuses values the service cannot run with, at start", () =>
+    Effect.gen(function*() {
+      for (
+        const env of [
+          { PORT: "0" },
+          { PORT: "70000" },
+          { DB_POOL_SIZE: "1" }, // migrations need a second connection besides their lock's
+          { CELL_RATE_LIMIT_RPS: "0" },
+          { CELL_RATE_LIMIT_BURST: "0" },
+          { CELL_IDLE_TIMEOUT_SECONDS: "0" }
+        ]
+      ) {
+        const loaded = yield* loadSettings(env)
+        expect(loaded._tag, JSON.stringify(env)).toBe("Left")
+        expect(String((loaded as any).left), JSON.stringify(env)).toContain(Object.keys(env)[0])
+      }
+      const ok = yield* loadSettings({ PORT: "1", DB_POOL_SIZE: "2", CELL_RATE_LIMIT_RPS: "0.5", CELL_RATE_LIMIT_BURST: "1" })
+      expect(ok._tag).toBe("Right")
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------
+// Migrations
+
+describe("migrations", () => {
+  it.live("two processes migrating one fresh database at once both succeed; each migration runs once", () =>
+    Effect.gen(function*() {
+      const expected = (yield* Migrations.loader).map(([id, name]) => [id, name] as const)
+      expect(expected.length).toBeGreaterThan(0)
+
+      // A few rounds, each on its own fresh database, to give a race a chance to show.
+      for (let round = 0; round < 3; round++) {
+        yield* Effect.scoped(Effect.gen(function*() {
+          const db = yield* freshDatabase
+          // Two separate pools, as two processes would have, both connected before the race starts.
+          const pool = () => Layer.build(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 3 }))
+          const a = yield* pool()
+          const b = yield* pool()
+
+          const [ranA, ranB] = yield* Effect.all(
+            [Effect.provide(Migrations.run, a), Effect.provide(Migrations.run, b)],
+            { concurrency: "unbounded" }
+          )
+          // Exactly one of them applied the migrations; the other found nothing left to do.
+          expect([...ranA, ...ranB]).toEqual(expected)
+          expect(Math.min(ranA.length, ranB.length)).toBe(0)
+
+          const sql = SqlClient.SqlClient
+          const rows = yield* Effect.flatMap(
+            sql,
+            (sql) =>
+              sql<{ migration_id: number; name: string; n: number }>`
+                SELECT migration_id, name, count(*) OVER (PARTITION BY migration_id)::int AS n
+                FROM effect_sql_migrations ORDER BY migration_id`
+          ).pipe(Effect.provide(a))
+          expect(rows.map((r) => [r.migration_id, r.name] as const)).toEqual(expected)
+          expect(rows.every((r) => r.n === 1)).toBe(true)
+
+          // The schema is there, and a later start has nothing to do.
+          const envs = yield* Effect.flatMap(sql, (sql) => sql`SELECT count(*)::int AS n FROM environments`).pipe(
+            Effect.provide(b)
+          )
+          expect(envs).toEqual([{ n: 0 }])
+          expect(yield* Effect.provide(Migrations.run, a)).toEqual([])
+        }))
+      }
+    }), 60_000)
+})
+
+// ---------------------------------------------------------------------------------------------
+// `npm start` as a child process
+
+const LISTEN_TIMEOUT = 90_000
+const EXIT_TIMEOUT = 30_000
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+const waitFor = async (what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, detail = () => "") => {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail()}`)
+    await sleep(50)
+  }
+}
+
+/** A free loopback port (released again before the service binds it). */
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = net.createServer()
+    server.once("error", reject)
+    server.listen({ host: "127.0.0.1", port: 0 }, () => {
+      const address = server.address()
+      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))))
+    })
+  })
+
+const canConnect = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port })
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once("error", () => resolve(false))
+  })
+
+/** Alive and not a zombie. */
+const isRunning = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+  } catch {
+    return false
+  }
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return !stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")
+  } catch {
+    return false
+  }
+}
+
+const parentOf = (pid: number) => {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+}
+
+const cmdline = (pid: number) => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ")
+  } catch {
+    return ""
+  }
+}
+
+/** Live processes whose command line mentions `text` (e.g. `postgres -D <dir>`). */
+const processesMentioning = (text: string) =>
+  fs.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) =>
+    pid !== process.pid && cmdline(pid).includes(text) && isRunning(pid)
+  )
+
+const postmasterPid = (dataDir: string) =>
+  Number.parseInt(fs.readFileSync(path.join(dataDir, "pg", "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10)
+
+interface Running {
+  readonly child: ChildProcess
+  readonly port: number
+  readonly baseUrl: string
+  readonly output: () => string
+  readonly exited: Promise<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
+  readonly hasExited: () => boolean
+}
+
+/**
+ * Process groups started by these tests (each `npx` leads its own); killed after each test, so a
+ * failing test leaves no service or Postgres behind, even one orphaned by its `npx`.
+ */
+const started = new Set<number>()
+
+/** `npx tsx src/main.ts` with its own process group; resolves once it logs "listening on". */
+const startService = async (dataDir: string, env: Record<string, string> = {}): Promise<Running> => {
+  const port = await freePort()
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), DATA_DIR: dataDir, ...env }
+  delete childEnv.DATABASE_URL // embedded Postgres
+  if (env.OPERATOR_TOKEN === undefined) delete childEnv.OPERATOR_TOKEN
+  delete childEnv.LOG_LEVEL
+  const child = spawn("npx", ["tsx", "src/main.ts"], {
+    cwd: repoRoot,
+    env: childEnv,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  started.add(child.pid!)
+  let output = ""
+  child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")))
+  child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")))
+  let done = false
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => {
+      done = true
+      resolve({ code, signal })
+    })
+  )
+  await waitFor("the service to listen", () => {
+    if (done) throw new Error(`the service exited before listening:\n${output}`)
+    return output.includes("listening on")
+  }, LISTEN_TIMEOUT, () => `\n${output}`)
+  return { child, port, baseUrl: `http://127.0.0.1:${port}`, output: () => output, exited, hasExited: () => done }
+}
+
+/**
+ * The service process itself: the parent of the embedded postmaster. (`npx` and the `sh -c` it
+ * runs do not pass SIGTERM on, so a supervisor must signal the service, not the npm wrapper.)
+ */
+const servicePid = (dataDir: string) => {
+  const pid = parentOf(postmasterPid(dataDir))
+  expect(cmdline(pid)).toContain("src/main.ts")
+  return pid
+}
+
+/**
+ * SIGTERM to the service (unless `signalled` says it was already sent: a second SIGTERM is a
+ * forced stop); the `npx` wrapper must exit with code 0 within 30 s, with Postgres stopped.
+ */
+const stopService = async (
+  service: Running,
+  dataDir: string,
+  signalled?: { readonly pid: number; readonly postmaster: number }
+) => {
+  const pid = signalled?.pid ?? servicePid(dataDir)
+  const postmaster = signalled?.postmaster ?? postmasterPid(dataDir)
+  if (!signalled) process.kill(pid, "SIGTERM")
+  const result = await Promise.race([
+    service.exited,
+    sleep(EXIT_TIMEOUT).then(() => {
+      throw new Error(`the service did not exit within ${EXIT_TIMEOUT} ms:\n${service.output()}`)
+    })
+  ])
+  expect(result, service.output()).toEqual({ code: 0, signal: null })
+  expect(isRunning(pid)).toBe(false)
+  expect(isRunning(postmaster)).toBe(false)
+  expect(fs.existsSync(path.join(dataDir, "pg", "postmaster.pid"))).toBe(false)
+  expect(processesMentioning(path.join(dataDir, "pg"))).toEqual([])
+}
+
+const TOKEN_LINE = /operator token \((generated|file), stored in ([^)]+)\): (op_\S+)/
+
+const http = async (service: Running, method: string, urlPath: string, token?: string, body?: unknown) => {
+  const res = await fetch(`${service.baseUrl}${urlPath}`, {
+    method,
+    headers: {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(body !== undefined ? { "content-type": "application/json" } : {})
+    },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+  })
+  const text = await res.text()
+  return { status: res.status, text, body: text ? JSON.parse(text) : undefined }
+}
+
+/**
+ * An HTTP request whose body is sent in two parts over a raw socket: the server has the request
+ * (headers and half the body) in hand until `finish` sends the rest.
+ */
+const partialRequest = async (port: number, method: string, urlPath: string, token: string, body: unknown) => {
+  const socket = net.connect({ host: "127.0.0.1", port })
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve)
+    socket.once("error", reject)
+  })
+  let received = ""
+  socket.on("data", (chunk: Buffer) => (received += chunk.toString("utf8")))
+  const ended = new Promise<void>((resolve) => socket.once("close", () => resolve()))
+  socket.on("error", () => undefined)
+  const bytes = Buffer.from(JSON.stringify(body))
+  const half = Math.floor(bytes.length / 2)
+  socket.write(
+    `${method} ${urlPath} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${token}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${bytes.length}\r\nConnection: close\r\n\r\n`
+  )
+  socket.write(bytes.subarray(0, half))
+  return {
+    received: () => received,
+    finish: async () => {
+      socket.write(bytes.subarray(half))
+      await Promise.race([ended, sleep(EXIT_TIMEOUT)])
+      const status = Number(received.match(/^HTTP\/1\.1 (\d{3})/)?.[1])
+      const json = received.slice(received.indexOf("{"), received.lastIndexOf("}") + 1)
+      return { status, raw: received, body: json ? JSON.parse(json) : undefined }
+    }
+  }
+}
+
+describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
+  let dataDir = ""
+  let tokenFile = ""
+  beforeAll(() => {
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-start-"))
+    fs.chmodSync(dataDir, 0o755) // the postgres user must reach DATA_DIR/pg when running as root
+    tokenFile = path.join(dataDir, "operator-token")
+  })
+  const state: { token?: string; pilotId?: string; inFlightPilotId?: string; tokenStat?: fs.Stats } = {}
+
+  const cleanup = async () => {
+    for (const group of started) {
+      try {
+        process.kill(-group, "SIGKILL") // the whole group: npx, tsx, the service, Postgres
+      } catch {
+        // gone
+      }
+    }
+    started.clear()
+  }
+
+  afterEach(cleanup)
+  afterAll(async () => {
+    await cleanup()
+    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  it("first start: initialises Postgres, generates and prints the operator token, serves, exits 0 on SIGTERM", async () => {
+    const service = await startService(dataDir)
+    const line = service.output().match(TOKEN_LINE)
+    expect(line, service.output()).not.toBeNull()
+    const [, source, file, token] = line!
+    expect(source).toBe("generated")
+    expect(path.resolve(file!)).toBe(tokenFile)
+    const stat = fs.statSync(tokenFile)
+    expect(stat.mode & 0o777).toBe(0o600)
+    expect(fs.readFileSync(tokenFile, "utf8").trim()).toBe(token)
+    state.token = token!
+    state.tokenStat = stat
+
+    expect((await http(service, "GET", "/healthz")).status).toBe(200)
+    expect((await http(service, "GET", "/readyz")).status).toBe(200)
+    expect((await http(service, "GET", "/operator/v1/pilot-applications/pilot_x", "op_wrong")).status).toBe(401)
+
+    const created = await http(service, "POST", "/operator/v1/pilot-applications", token, {
+      organization_name: "Persisted Org",
+      contact_email: "ops@persisted.test"
+    })
+    expect(created.status, created.text).toBe(201)
+    state.pilotId = created.body.id
+
+    await stopService(service, dataDir)
+  }, 150_000)
+
+  it("second start on the same DATA_DIR: same token, data persists; SIGTERM lets an in-flight request finish", async () => {
+    expect(state.token).toBeDefined()
+    const service = await startService(dataDir)
+    const line = service.output().match(TOKEN_LINE)
+    expect(line, service.output()).not.toBeNull()
+    expect(line![1]).toBe("file")
+    expect(line![3]).toBe(state.token)
+    const stat = fs.statSync(tokenFile)
+    expect(fs.readFileSync(tokenFile, "utf8").trim()).toBe(state.token)
+    expect(stat.mode & 0o777).toBe(0o600)
+    expect(stat.mtimeMs).toBe(state.tokenStat!.mtimeMs)
+    expect(stat.ino).toBe(state.tokenStat!.ino)
+
+    const fetched = await http(service, "GET", `/operator/v1/pilot-applications/${state.pilotId}`, state.token)
+    expect(fetched.status, fetched.text).toBe(200)
+    expect(fetched.body).toMatchObject({ id: state.pilotId, organization_name: "Persisted Org", status: "submitted" })
+
+    // A request in flight (half its body sent) when SIGTERM arrives.
+    const pid = servicePid(dataDir)
+    const postmaster = postmasterPid(dataDir)
+    const inFlight = await partialRequest(service.port, "POST", "/operator/v1/pilot-applications", state.token!, {
+      organization_name: "In-flight Org",
+      contact_email: "ops@inflight.test"
+    })
+    await sleep(300) // the server has parsed the headers and is waiting for the body
+    process.kill(pid, "SIGTERM")
+    // Shutdown is under way once the listener is closed; the process must still be running.
+    await waitFor("the listener to close", async () => !(await canConnect(service.port)), 10_000, service.output)
+    expect(service.hasExited()).toBe(false)
+    expect(isRunning(pid)).toBe(true)
+    expect(inFlight.received()).toBe("")
+
+    const reply = await inFlight.finish()
+    expect(reply.status, reply.raw).toBe(201)
+    expect(reply.body).toMatchObject({ organization_name: "In-flight Org", status: "submitted" })
+    state.inFlightPilotId = reply.body.id
+
+    await stopService(service, dataDir, { pid, postmaster })
+  }, 150_000)
+
+  it("OPERATOR_TOKEN from the environment is used instead of the stored token", async () => {
+    expect(state.inFlightPilotId).toBeDefined()
+    const envToken = "op_from_env_0123456789abcdefghijklmnop"
+    const service = await startService(dataDir, { OPERATOR_TOKEN: envToken })
+    expect(service.output()).toContain("operator token: from OPERATOR_TOKEN")
+    expect(service.output()).not.toContain(envToken)
+    expect(service.output()).not.toContain(state.token)
+    expect(fs.readFileSync(tokenFile, "utf8").trim()).toBe(state.token) // left alone
+
+    // The request that was in flight at the last SIGTERM was committed.
+    const fetched = await http(service, "GET", `/operator/v1/pilot-applications/${state.inFlightPilotId}`, envToken)
+    expect(fetched.status, fetched.text).toBe(200)
+    expect(fetched.body.organization_name).toBe("In-flight Org")
+    const withFileToken = await http(service, "GET", `/operator/v1/pilot-applications/${state.pilotId}`, state.token)
+    expect(withFileToken.status).toBe(401)
+
+    await stopService(service, dataDir)
+  }, 150_000)
+
+  it.skipIf(!isRoot)("as root, the embedded Postgres data dir is owned by the postgres user (0700)", () => {
+    const pgDir = path.join(dataDir, "pg")
+    expect(fs.existsSync(path.join(pgDir, "PG_VERSION"))).toBe(true)
+    const uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }).trim())
+    const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }).trim())
+    const stat = fs.statSync(pgDir)
+    expect(stat.uid).toBe(uid)
+    expect(stat.gid).toBe(gid)
+    expect(stat.mode & 0o777).toBe(0o700)
+    // Everything inside too (e.g. its config files).
+    for (const name of ["PG_VERSION", "postgresql.conf", "base"]) {
+      expect(fs.statSync(path.join(pgDir, name)).uid).toBe(uid)
+    }
+    // The operator token stays root's, unreadable to others.
+    expect(fs.statSync(tokenFile).uid).toBe(0)
+    expect(fs.statSync(tokenFile).mode & 0o077).toBe(0)
+  })
+})
