@@ -13,16 +13,39 @@ const encodeTime = (ms: number): string => {
   return out
 }
 
-const encodeRandom = (bytes: number): string => {
-  const buf = randomBytes(bytes)
+// Monotonic within the process (as ULID's monotonic mode): an id made in the same millisecond as
+// the previous one increments its random part, so ids sort in creation order.
+let lastMs = -1
+let lastRandom = 0n
+const RANDOM_BITS = 80n // 16 base32 characters
+
+const nextRandom = (ms: number): bigint => {
+  if (ms <= lastMs) {
+    lastRandom = (lastRandom + 1n) & ((1n << RANDOM_BITS) - 1n)
+    return lastRandom
+  }
+  lastMs = ms
+  // Leave headroom so increments within one millisecond never wrap.
+  lastRandom = BigInt("0x" + randomBytes(10).toString("hex")) >> 1n
+  return lastRandom
+}
+
+const encodeRandom = (value: bigint): string => {
   let out = ""
-  for (const b of buf) out += CROCKFORD[b % 32]
+  let v = value
+  for (let i = 0; i < 16; i++) {
+    out = CROCKFORD[Number(v & 31n)] + out
+    v >>= 5n
+  }
   return out
 }
 
-/** `prefix_` + 10 chars of time (ms, sortable) + 16 random chars: opaque, time-ordered (D2). */
+/** `prefix_` + 10 chars of time (ms) + 16 chars of randomness: opaque, time-ordered (D2). */
 export const makeId = (prefix: string): Effect.Effect<string> =>
-  Effect.map(Clock.currentTimeMillis, (ms) => `${prefix}_${encodeTime(ms)}${encodeRandom(16)}`)
+  Effect.map(Clock.currentTimeMillis, (ms) => {
+    const at = Math.max(ms, lastMs)
+    return `${prefix}_${encodeTime(at)}${encodeRandom(nextRandom(at))}`
+  })
 
 /** Path identifiers: 1..128 characters (contract 2.2, D2). */
 export const PathId = Schema.String.pipe(

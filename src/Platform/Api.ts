@@ -1,5 +1,5 @@
 /** The platform plane of /v1 (contract part 4): tenants, environments, keys, users, service actors, deletion jobs. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Accepted, List, Single } from "../Domain/Envelope.js"
 import { EnvironmentName, PathId } from "../Domain/Ids.js"
@@ -80,7 +80,8 @@ export class EnvironmentsApi extends HttpApiGroup.make("environments")
   .add(
     HttpApiEndpoint.get("getDeletionJob")`/v1/tenants/${tenantId}/environments/${environment}/deletion-jobs/${jobId}`
       .addSuccess(Single(DeletionJob))
-      .annotate(RequiredScopes, ["environments:read"])
+      .annotate(OpenApi.Description, "Any key of the environment may poll the deletion jobs its `Location` headers point at: the key that deleted a user (users:write) needs no other scope to follow the job.")
+      .annotate(RequiredScopes, [])
   )
   .middleware(ServiceKey)
 {}

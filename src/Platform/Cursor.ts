@@ -8,7 +8,9 @@ import { InvalidRequest } from "../Domain/Errors.js"
 
 export const ListParams = Schema.Struct({
   limit: Schema.optional(
-    Schema.NumberFromString.pipe(
+    Schema.String.pipe(
+      Schema.pattern(/^(100|[1-9][0-9]?)$/, { message: () => "must be an integer from 1 to 100" }),
+      Schema.compose(Schema.NumberFromString),
       Schema.int({ message: () => "must be an integer from 1 to 100" }),
       Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
     )

@@ -5,7 +5,17 @@
  * Both run on Effect's Clock, so a suite drives the 24 h purge window with TestClock.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Schedule } from "effect"
+import { Cause, Clock, Effect, Exit, Schedule } from "effect"
+
+const MAX_ATTEMPTS = 5
+const RETRY_BACKOFF_SECONDS = 300
+
+/** A short, operator-readable reason (with the database's own message when there is one). */
+const describe = (e: unknown): string => {
+  const message = e instanceof Error ? e.message : String(e)
+  const cause = e instanceof Error && e.cause instanceof Error ? `: ${e.cause.message}` : ""
+  return `${message}${cause}`.slice(0, 500)
+}
 import { Settings } from "../Settings.js"
 import type { DeletionJobRow } from "./Repo.js"
 
@@ -52,18 +62,39 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
       }
     }
 
-    /** Runs one due job; false when none is due. */
+    /**
+     * Runs one due job; false when none is due. The purge runs in a savepoint: a failure rolls it
+     * back whole (nothing half-purged), records the error and retries later with backoff; after
+     * MAX_ATTEMPTS the job is `failed` (and no longer blocks the jobs behind it).
+     */
     const runOne = Effect.gen(function*() {
       const at = new Date(yield* Clock.currentTimeMillis)
       return yield* sql.withTransaction(Effect.gen(function*() {
-        const [job] = yield* sql<DeletionJobRow>`
+        const [job] = yield* sql<DeletionJobRow & { attempts: number }>`
           SELECT * FROM deletion_jobs WHERE state IN ('queued', 'running') AND purge_after <= ${at}
           ORDER BY purge_after LIMIT 1 FOR UPDATE SKIP LOCKED`
         if (!job) return false
-        yield* purge(job, at)
-        yield* sql`UPDATE deletion_jobs SET state = 'succeeded', started_at = COALESCE(started_at, ${at}), completed_at = ${at}
+        const outcome = yield* Effect.exit(sql.withTransaction(purge(job, at)))
+        if (Exit.isSuccess(outcome)) {
+          yield* sql`UPDATE deletion_jobs SET state = 'succeeded', started_at = COALESCE(started_at, ${at}),
+                       completed_at = ${at}, attempts = attempts + 1, error = NULL
+                     WHERE id = ${job.id}`
+          yield* Effect.logInfo("deletion job succeeded").pipe(Effect.annotateLogs({ job: job.id, resource: job.resource_type }))
+          return true
+        }
+        const attempts = job.attempts + 1
+        const error = describe(Cause.squash(outcome.cause))
+        const retryAt = new Date(at.getTime() + RETRY_BACKOFF_SECONDS * 1000 * 2 ** (attempts - 1))
+        yield* sql`UPDATE deletion_jobs SET
+                     state = ${attempts >= MAX_ATTEMPTS ? "failed" : "running"},
+                     started_at = COALESCE(started_at, ${at}),
+                     completed_at = ${attempts >= MAX_ATTEMPTS ? at : null},
+                     purge_after = ${attempts >= MAX_ATTEMPTS ? job.purge_after : retryAt},
+                     attempts = ${attempts}, error = ${error}
                    WHERE id = ${job.id}`
-        yield* Effect.logInfo("deletion job succeeded").pipe(Effect.annotateLogs({ job: job.id, resource: job.resource_type }))
+        yield* Effect.logError("deletion job attempt failed", outcome.cause).pipe(
+          Effect.annotateLogs({ job: job.id, resource: job.resource_type, attempts })
+        )
         return true
       }))
     })

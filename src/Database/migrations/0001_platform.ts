@@ -93,6 +93,7 @@ export default Effect.gen(function*() {
       created_at timestamptz NOT NULL,
       started_at timestamptz,
       completed_at timestamptz,
+      attempts integer NOT NULL DEFAULT 0,
       error text
     )`
   yield* sql`CREATE INDEX deletion_jobs_due ON deletion_jobs (purge_after) WHERE state IN ('queued', 'running')`

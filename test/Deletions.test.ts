@@ -1,0 +1,86 @@
+/**
+ * The purge worker's failure path: a failing purge is rolled back whole, recorded, retried with
+ * backoff and does not block the jobs behind it. Also: the key that deleted a user can follow the
+ * job's Location without any scope beyond users:write.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
+import { Effect, TestClock } from "effect"
+import { makeTestApp } from "./support/App.js"
+import { provisionSandbox, request } from "./support/Client.js"
+
+const settle = Effect.zipRight(Effect.yieldNow(), Effect.promise(() => new Promise<void>((r) => setTimeout(r, 50))))
+const eventually = <A>(probe: Effect.Effect<A, never, any>, check: (a: A) => boolean) =>
+  Effect.gen(function*() {
+    let last = yield* probe
+    for (let i = 0; i < 100 && !check(last); i++) {
+      yield* settle
+      last = yield* probe
+    }
+    return last
+  })
+
+/** Moves TestClock a step at a time, letting the worker's real IO finish, until `check` holds. */
+const advanceUntil = <A>(step: string, probe: Effect.Effect<A, never, any>, check: (a: A) => boolean, maxSteps = 120) =>
+  Effect.gen(function*() {
+    let last = yield* probe
+    for (let i = 0; i < maxSteps && !check(last); i++) {
+      yield* TestClock.adjust(step as any)
+      yield* settle
+      last = yield* probe
+    }
+    return last
+  })
+
+describe("deletion jobs", () => {
+  it.effect("a failing purge is rolled back, retried with backoff, and does not block other jobs", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.now())
+      yield* Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const sb = yield* provisionSandbox(["users:read", "users:write"])
+        const mk = (external_id: string) =>
+          Effect.map(request("POST", `${sb.P}/users`, { key: sb.key, body: { external_id, display_name: external_id } }), (r) => {
+            expect(r.status).toBe(201)
+            return r.body.data.id as string
+          })
+        const stuck = yield* mk("stuck")
+        const fine = yield* mk("fine")
+        const delStuck = yield* request("DELETE", `${sb.P}/users/${stuck}`, { key: sb.key })
+        yield* TestClock.adjust("1 second")
+        const delFine = yield* request("DELETE", `${sb.P}/users/${fine}`, { key: sb.key })
+        expect([delStuck.status, delFine.status]).toEqual([202, 202])
+
+        // The stuck user's purge fails inside the database.
+        yield* sql.unsafe(`
+          CREATE FUNCTION refuse_purge() RETURNS trigger AS $$
+          BEGIN RAISE EXCEPTION 'purge refused for test'; END $$ LANGUAGE plpgsql`).pipe(Effect.orDie)
+        yield* sql.unsafe(`
+          CREATE TRIGGER refuse_purge BEFORE UPDATE ON users FOR EACH ROW
+          WHEN (OLD.id = '${stuck}') EXECUTE FUNCTION refuse_purge()`).pipe(Effect.orDie)
+
+        // The deleting key polls its job with users:write only (no environments:read).
+        const poll = (location: string) => Effect.map(request("GET", location, { key: sb.key }), (r) => {
+          expect(r.status).toBe(200)
+          return r.body.data
+        })
+        yield* TestClock.adjust("55 minutes") // nothing is due before the 1 h purge delay
+        expect((yield* poll(delFine.headers.get("location")!)).state).toBe("queued")
+        const fineJob = yield* advanceUntil("1 minute", poll(delFine.headers.get("location")!), (j) => j.state === "succeeded")
+        expect(fineJob.state).toBe("succeeded")
+        const stuckJob = yield* eventually(poll(delStuck.headers.get("location")!), (j) => j.error !== null)
+        expect(stuckJob.state).toBe("running")
+        expect(stuckJob.error).toContain("purge refused for test")
+        const [row] = yield* sql<{ external_id: string | null }>`SELECT external_id FROM users WHERE id = ${stuck}`.pipe(Effect.orDie)
+        expect(row!.external_id).toBe("stuck") // nothing half-purged
+
+        // Once the cause is gone, the retry purges it.
+        yield* sql.unsafe(`DROP TRIGGER refuse_purge ON users`).pipe(Effect.orDie)
+        const retried = yield* advanceUntil("1 minute", poll(delStuck.headers.get("location")!), (j) => j.state === "succeeded")
+        expect(retried.state).toBe("succeeded")
+        expect(retried.error).toBeNull()
+        const [after] = yield* sql<{ external_id: string | null }>`SELECT external_id FROM users WHERE id = ${stuck}`.pipe(Effect.orDie)
+        expect(after!.external_id).toBeNull()
+      }).pipe(Effect.provide(makeTestApp({ sweepIntervalSeconds: 60 })))
+    }), 120_000)
+})
