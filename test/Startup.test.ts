@@ -399,6 +399,8 @@ describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
       contact_email: "ops@inflight.test"
     })
     await sleep(300) // the server has parsed the headers and is waiting for the body
+    // A round trip on another connection: the event loop has handled the earlier connection too.
+    expect((await fetch(`http://127.0.0.1:${service.port}/healthz`)).status).toBe(200)
     process.kill(pid, "SIGTERM")
     // Shutdown is under way once the listener is closed; the process must still be running.
     await waitFor("the listener to close", async () => !(await canConnect(service.port)), 10_000, service.output)
