@@ -1,7 +1,7 @@
 FROM node:20-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
+RUN npm install --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
 ENV HOST=0.0.0.0 PORT=8080 DATA_DIR=/data

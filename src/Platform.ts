@@ -31,6 +31,20 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const settings = yield* Settings
     const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
 
+    /** One keyset page of a list of the caller's cell (D6). */
+    const listPage = <Row extends { id: string }, A, E>(
+      list: string,
+      fetch: (tenantId: string, environment: string, after: string | undefined, limit: number) => Effect.Effect<ReadonlyArray<Row>, E>,
+      toResource: (row: Row) => A
+    ) =>
+    (p: Principal, params: Cursor.ListParams) =>
+      Effect.gen(function*() {
+        const after = yield* Cursor.decode(params.cursor, list, cellOf(p))
+        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
+        const rows = yield* fetch(p.tenantId, p.environment, after, limit)
+        return Cursor.page(rows, limit, list, cellOf(p), toResource)
+      })
+
     const queueDeletion = (
       p: Principal,
       resourceType: "tenant" | "environment" | "user",
@@ -114,13 +128,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         row ? Effect.succeed(Repo.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
 
     // ---- api keys ---------------------------------------------------------------------------
-    const listApiKeys = (p: Principal, params: Cursor.ListParams) =>
-      Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, "api_keys", cellOf(p))
-        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
-        const rows = yield* repo.apiKeys(p.tenantId, p.environment, after, limit)
-        return Cursor.page(rows, limit, "api_keys", cellOf(p), Repo.toApiKey)
-      })
+    const listApiKeys = listPage("api_keys", repo.apiKeys, Repo.toApiKey)
 
     const getApiKey = (p: Principal, id: string) =>
       Effect.flatMap(repo.apiKey(p.tenantId, p.environment, id), (row) =>
@@ -147,13 +155,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     // ---- users ------------------------------------------------------------------------------
-    const listUsers = (p: Principal, params: Cursor.ListParams) =>
-      Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, "users", cellOf(p))
-        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
-        const rows = yield* repo.users(p.tenantId, p.environment, after, limit)
-        return Cursor.page(rows, limit, "users", cellOf(p), Repo.toUser)
-      })
+    const listUsers = listPage("users", repo.users, Repo.toUser)
 
     const liveUser = (p: Principal, id: string) =>
       Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Repo.UserRow, NotFound | Gone> =>
@@ -233,13 +235,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     // ---- service actors -------------------------------------------------------------------
-    const listServiceActors = (p: Principal, params: Cursor.ListParams) =>
-      Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, "service_actors", cellOf(p))
-        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
-        const rows = yield* repo.serviceActors(p.tenantId, p.environment, after, limit)
-        return Cursor.page(rows, limit, "service_actors", cellOf(p), Repo.toServiceActor)
-      })
+    const listServiceActors = listPage("service_actors", repo.serviceActors, Repo.toServiceActor)
 
     const getServiceActor = (p: Principal, id: string) =>
       Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>

@@ -7,6 +7,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Embedded from "../src/Database/Embedded.js"
+import { isRunning } from "./support/Processes.js"
 
 // `pg` ships no type declarations (and @types/pg is not installed): load it with the slice used here.
 interface PgClient {
@@ -59,20 +60,6 @@ const query = (url: Redacted.Redacted<string>, text: string, values: ReadonlyArr
 const readPostmasterPid = (dataDir: string) =>
   Number.parseInt(fs.readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10)
 
-/** Alive and not a zombie (an exited child nobody has reaped yet). */
-const isRunning = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-  } catch {
-    return false
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return !stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")
-  } catch {
-    return false
-  }
-}
 
 /** Safety net: if a test fails half-way, do not leave a postmaster behind. */
 const killOnExit = (pid: number) =>

@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url"
 import * as Migrations from "../src/Database/Migrations.js"
 import { Settings } from "../src/Settings.js"
 import { freshDatabase } from "./support/App.js"
+import { isRunning } from "./support/Processes.js"
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 const isRoot = process.getuid?.() === 0
@@ -154,20 +155,6 @@ const canConnect = (port: number) =>
     socket.once("error", () => resolve(false))
   })
 
-/** Alive and not a zombie. */
-const isRunning = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-  } catch {
-    return false
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return !stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")
-  } catch {
-    return false
-  }
-}
 
 const parentOf = (pid: number) => {
   const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
