@@ -8,7 +8,7 @@ import { Clock, Effect } from "effect"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { createHash } from "node:crypto"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Domain/Errors.js"
-import { type EnvironmentName, makeId } from "./Domain/Ids.js"
+import { makeId } from "./Domain/Ids.js"
 import type { Principal } from "./Domain/Principal.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { withinCeiling } from "./Platform/Policy.js"
@@ -277,4 +277,3 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
   dependencies: [Repo.PlatformRepo.Default]
 }) {}
 
-export type { EnvironmentName }

@@ -2,7 +2,7 @@
  * Operator-tunable configuration, read once through Effect `Config` (environment variables by
  * default). Tests replace the whole layer with `Layer.succeed(Settings, ...)`.
  */
-import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Context, Layer, Option, Redacted } from "effect"
 
 export interface SettingsShape {
   readonly port: number
@@ -88,4 +88,3 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
   })
 }
 
-export const settings = Effect.flatMap(Settings, Effect.succeed)

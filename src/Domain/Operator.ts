@@ -1,12 +1,10 @@
 import { Schema } from "effect"
-import { EnvironmentName, Timestamp } from "./Ids.js"
+import { Timestamp } from "./Ids.js"
+import { Email } from "./Platform.js"
 
 export const CreatePilotApplication = Schema.Struct({
   organization_name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
-  contact_email: Schema.String.pipe(
-    Schema.maxLength(254),
-    Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an email address" })
-  )
+  contact_email: Email
 }).annotations({ identifier: "CreatePilotApplication" })
 
 export const PilotApplication = Schema.Struct({
@@ -34,4 +32,3 @@ export const OperatorCreateKey = Schema.Struct({
   })
 }).annotations({ identifier: "OperatorCreateKey" })
 
-export const OperatorEnvironmentPath = { environment: EnvironmentName }

@@ -71,7 +71,7 @@ export const User = Schema.Struct({
 }).annotations({ identifier: "User" })
 export type User = typeof User.Type
 
-const Email = Schema.String.pipe(
+export const Email = Schema.String.pipe(
   Schema.maxLength(254),
   Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an email address" })
 )
