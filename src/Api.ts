@@ -3,6 +3,7 @@
  * (`GET /v1/openapi.json`) and typed clients all come from it.
  */
 import { HttpApi, OpenApi } from "@effect/platform"
+import { AgentsApi, ModelProfilesApi, RevisionsApi, WorkspacesApi } from "./Agents/Api.js"
 import {
   AuthenticationError,
   ConflictError,
@@ -24,6 +25,10 @@ const base = HttpApi.make("agent-platform")
   .add(ApiKeysApi)
   .add(UsersApi)
   .add(ServiceActorsApi)
+  .add(WorkspacesApi)
+  .add(ModelProfilesApi)
+  .add(AgentsApi)
+  .add(RevisionsApi)
   .add(SystemApi)
   .add(OperatorApi)
 

@@ -4,6 +4,8 @@
  */
 import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { Effect, Layer } from "effect"
+import { Agents } from "./Agents.js"
+import { AgentsLive, ModelProfilesLive, RevisionsLive, WorkspacesLive } from "./Agents/Http.js"
 import { Api } from "./Api.js"
 import { Operator } from "./Operator.js"
 import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
@@ -16,6 +18,7 @@ import { Idempotency } from "./Platform/Idempotency.js"
 import { pipeline } from "./Platform/Pipeline.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Platform/SecurityLive.js"
 import { Cells } from "./Runtime/Cells.js"
+import { Secrets } from "./Secrets.js"
 import { SystemLive } from "./System/Http.js"
 
 const GroupsLive = Layer.mergeAll(
@@ -24,6 +27,10 @@ const GroupsLive = Layer.mergeAll(
   ApiKeysLive,
   UsersLive,
   ServiceActorsLive,
+  WorkspacesLive,
+  ModelProfilesLive,
+  AgentsLive,
+  RevisionsLive,
   SystemLive,
   OperatorLive
 )
@@ -36,6 +43,8 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
 /** Services behind the handlers and the pipeline (they need Settings and a SqlClient). */
 export const ServicesLive = Layer.mergeAll(
   Platform.Default,
+  Agents.Default,
+  Secrets.Default,
   Operator.Default,
   Auth.Default,
   Idempotency.Default,

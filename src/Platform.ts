@@ -31,19 +31,6 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const settings = yield* Settings
     const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
 
-    /** One keyset page of a list of the caller's cell (D6). */
-    const listPage = <Row extends { id: string }, A, E>(
-      list: string,
-      fetch: (tenantId: string, environment: string, after: string | undefined, limit: number) => Effect.Effect<ReadonlyArray<Row>, E>,
-      toResource: (row: Row) => A
-    ) =>
-    (p: Principal, params: Cursor.ListParams) =>
-      Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, list, cellOf(p))
-        const limit = params.limit ?? Cursor.DEFAULT_LIMIT
-        const rows = yield* fetch(p.tenantId, p.environment, after, limit)
-        return Cursor.page(rows, limit, list, cellOf(p), toResource)
-      })
 
     const queueDeletion = (
       p: Principal,
@@ -128,7 +115,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         row ? Effect.succeed(Repo.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
 
     // ---- api keys ---------------------------------------------------------------------------
-    const listApiKeys = listPage("api_keys", repo.apiKeys, Repo.toApiKey)
+    const listApiKeys = Cursor.listPage("api_keys", repo.apiKeys, Repo.toApiKey)
 
     const getApiKey = (p: Principal, id: string) =>
       Effect.flatMap(repo.apiKey(p.tenantId, p.environment, id), (row) =>
@@ -155,7 +142,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     // ---- users ------------------------------------------------------------------------------
-    const listUsers = listPage("users", repo.users, Repo.toUser)
+    const listUsers = Cursor.listPage("users", repo.users, Repo.toUser)
 
     const liveUser = (p: Principal, id: string) =>
       Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Repo.UserRow, NotFound | Gone> =>
@@ -235,7 +222,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     // ---- service actors -------------------------------------------------------------------
-    const listServiceActors = listPage("service_actors", repo.serviceActors, Repo.toServiceActor)
+    const listServiceActors = Cursor.listPage("service_actors", repo.serviceActors, Repo.toServiceActor)
 
     const getServiceActor = (p: Principal, id: string) =>
       Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>

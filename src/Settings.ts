@@ -2,7 +2,28 @@
  * Operator-tunable configuration, read once through Effect `Config` (environment variables by
  * default). Tests replace the whole layer with `Layer.succeed(Settings, ...)`.
  */
-import { Config, Context, Layer, Option, Redacted } from "effect"
+import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
+
+/**
+ * `SECRETS_KEY`: 32 bytes as 64 hex characters or as base64 (standard or url-safe). Returns the
+ * key bytes, or a message saying what is wrong (never the value).
+ */
+export const decodeSecretsKey = (value: string): Either.Either<Buffer, string> => {
+  const text = value.trim()
+  const bytes = /^[0-9a-fA-F]{64}$/.test(text)
+    ? Buffer.from(text, "hex")
+    : /^[A-Za-z0-9+/_-]+={0,2}$/.test(text)
+    ? Buffer.from(text, "base64")
+    : undefined
+  if (bytes === undefined || bytes.length !== 32) {
+    return Either.left(
+      `SECRETS_KEY must be 32 bytes, given as 64 hex characters or as base64 (got ${
+        bytes === undefined ? "neither hex nor base64" : `${bytes.length} bytes`
+      })`
+    )
+  }
+  return Either.right(bytes)
+}
 
 export interface SettingsShape {
   readonly port: number
@@ -11,6 +32,8 @@ export interface SettingsShape {
   readonly dataDir: string
   readonly operatorToken: Option.Option<Redacted.Redacted<string>>
   readonly publicBaseUrl: Option.Option<string>
+  /** AES-256-GCM key for credentials at rest; unset: generated once into DATA_DIR/secrets-key */
+  readonly secretsKey: Option.Option<Redacted.Redacted<string>>
   /** cell resources */
   readonly rateLimit: { readonly ratePerSecond: number; readonly burst: number }
   readonly cellIdleTimeoutSeconds: number
@@ -37,6 +60,20 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
       Config.map(Option.filter((u) => Redacted.value(u).length > 0))
     ),
     publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
+    // Checked here, so a key of the wrong length stops the process at start with a clear message.
+    secretsKey: Config.option(Config.redacted("SECRETS_KEY")).pipe(
+      Config.map(Option.filter((k) => Redacted.value(k).trim().length > 0)),
+      Config.mapOrFail((key) =>
+        Option.match(key, {
+          onNone: () => Either.right(key),
+          onSome: (k) =>
+            Either.mapBoth(decodeSecretsKey(Redacted.value(k)), {
+              onLeft: (message) => ConfigError.InvalidData(["SECRETS_KEY"], message),
+              onRight: () => key
+            })
+        })
+      )
+    ),
     // Checked here, at start: a cell's limiter refuses (dies on) a policy outside these bounds,
     // which would turn every /v1 request into a 500.
     rateLimit: Config.all({
@@ -76,6 +113,7 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     dataDir: "./.data",
     operatorToken: Option.none(),
     publicBaseUrl: Option.none(),
+    secretsKey: Option.none(),
     rateLimit: { ratePerSecond: 60, burst: 120 },
     cellIdleTimeoutSeconds: 600,
     dbPoolSize: 10,

@@ -6,11 +6,13 @@
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import platform from "./migrations/0001_platform.js"
+import agents from "./migrations/0002_agents.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
 export const loader = Migrator.fromRecord({
-  "0001_platform": platform
+  "0001_platform": platform,
+  "0002_agents": agents
 })
 
 const migrate = Migrator.make({})

@@ -53,3 +53,18 @@ export const page = <Row extends { id: string }, A>(
     next_cursor: more ? encode(list, cell, items[items.length - 1]!.id) : null
   }
 }
+
+/** One keyset page of a list of the caller's cell (D6): decode the cursor, fetch `limit + 1`, page. */
+export const listPage = <Row extends { id: string }, A, E>(
+  list: string,
+  fetch: (tenantId: string, environment: string, after: string | undefined, limit: number) => Effect.Effect<ReadonlyArray<Row>, E>,
+  toResource: (row: Row) => A
+) =>
+(p: { readonly tenantId: string; readonly environment: string }, params: ListParams) =>
+  Effect.gen(function*() {
+    const cell = `${p.tenantId}/${p.environment}`
+    const after = yield* decode(params.cursor, list, cell)
+    const limit = params.limit ?? DEFAULT_LIMIT
+    const rows = yield* fetch(p.tenantId, p.environment, after, limit)
+    return page(rows, limit, list, cell, toResource)
+  })

@@ -1,0 +1,204 @@
+/**
+ * Workspaces, model profiles, agents and immutable agent revisions (D12). Model profile
+ * credentials are write-only: encrypted with `Secrets` (bound to the profile id) before they reach
+ * the database, never selected for a response (`has_credential` instead), and read back only
+ * through `credentialOf` for the model providers.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option, ParseResult, type Redacted, Schema } from "effect"
+import { createHash } from "node:crypto"
+import * as Repo from "./Agents/Repo.js"
+import { dieOnSqlError } from "./Database/Defects.js"
+import {
+  type CreateAgentRevision,
+  type CreateModelProfile,
+  OpenAiCompatibleSettings,
+  type Provider,
+  ScriptedSettings
+} from "./Domain/Agents.js"
+import { invalid, notFound } from "./Domain/Errors.js"
+import { makeId } from "./Domain/Ids.js"
+import type { Principal } from "./Domain/Principal.js"
+import * as Cursor from "./Platform/Cursor.js"
+import { canonicalJson } from "./Platform/Idempotency.js"
+import { Secrets } from "./Secrets.js"
+
+const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+/** Lowercase hex SHA-256 of the canonical JSON of a revision's content. */
+export const contentHash = (content: { model_profile_id: string; instructions: string; tool_ids: ReadonlyArray<string> }) =>
+  createHash("sha256")
+    .update(canonicalJson({
+      model_profile_id: content.model_profile_id,
+      instructions: content.instructions,
+      tool_ids: content.tool_ids
+    }))
+    .digest("hex")
+
+/**
+ * Checks `settings` for the provider. The first problem becomes a 400 naming its parameter:
+ * `settings.steps.N` for a malformed scripted step, else the path of the offending field.
+ */
+const checkSettings = (provider: Provider, settings: Record<string, unknown>) => {
+  const schema = provider === "scripted"
+    ? ScriptedSettings
+    : provider === "openai_compatible"
+    ? OpenAiCompatibleSettings
+    : undefined
+  if (schema === undefined) return Effect.void
+  if (provider === "scripted" && Array.isArray(settings.steps) && settings.steps.length === 0) {
+    return Effect.fail(invalid("parameter_invalid", "settings.steps: must be a non-empty list of steps", "settings.steps"))
+  }
+  return Effect.mapError(
+    Schema.decodeUnknown(schema as Schema.Schema<unknown, unknown>)(settings, { errors: "first" }),
+    (error) => {
+      const [issue] = ParseResult.ArrayFormatter.formatErrorSync(error)
+      const path = (issue?.path ?? []).map(String)
+      const param = ["settings", ...(path[0] === "steps" ? path.slice(0, 2) : path)].join(".")
+      const detail = ["settings", ...path].join(".")
+      return invalid(
+        issue?._tag === "Missing" ? "parameter_missing" : "parameter_invalid",
+        `${detail}: ${issue?.message ?? "is invalid"}`,
+        param
+      )
+    }
+  )
+}
+
+export class Agents extends Effect.Service<Agents>()("Agents", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const repo = yield* Repo.AgentsRepo
+    const secrets = yield* Secrets
+
+
+    // ---- workspaces -------------------------------------------------------------------------
+    const workspaceRow = (p: Principal, id: string, param = "workspace_id") =>
+      Effect.flatMap(repo.workspace(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(row) : Effect.fail(notFound("workspace", param)))
+
+    const createWorkspace = (p: Principal, body: { name: string }) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const id = yield* makeId("ws")
+        const [row] = yield* sql<Repo.WorkspaceRow>`
+          INSERT INTO workspaces (id, tenant_id, environment, name, created_at, updated_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.name}, ${at}, ${at})
+          RETURNING id, name, created_at, updated_at`
+        return Repo.toWorkspace(row!)
+      })
+
+    // ---- model profiles ---------------------------------------------------------------------
+    const createModelProfile = (p: Principal, body: CreateModelProfile) =>
+      Effect.gen(function*() {
+        const settings = body.settings ?? {}
+        yield* checkSettings(body.provider, settings)
+        const at = yield* now
+        const id = yield* makeId("mp")
+        const sealed = body.credential === undefined ? undefined : yield* secrets.encrypt(body.credential, id)
+        const [row] = yield* sql<Repo.ModelProfileRow>`
+          INSERT INTO model_profiles (id, tenant_id, environment, name, provider, model, settings,
+                                      credential_ciphertext, credential_iv, credential_tag, created_at, updated_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.name}, ${body.provider}, ${body.model},
+                  ${JSON.stringify(settings)}::jsonb, ${sealed?.ciphertext ?? null}, ${sealed?.iv ?? null},
+                  ${sealed?.tag ?? null}, ${at}, ${at})
+          RETURNING ${sql.literal(Repo.MODEL_PROFILE_COLUMNS)}`
+        return Repo.toModelProfile(row!)
+      })
+
+    const modelProfileRow = (p: Principal, id: string) =>
+      Effect.flatMap(repo.modelProfile(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(row) : Effect.fail(notFound("model profile", "model_profile_id")))
+
+    /** The decrypted credential of a profile of the cell, for the model providers; never for a response. */
+    const credentialOf = (tenantId: string, environment: string, profileId: string) =>
+      Effect.gen(function*() {
+        const row = yield* repo.credential(tenantId, environment, profileId)
+        if (!row || row.credential_ciphertext === null || row.credential_iv === null || row.credential_tag === null) {
+          return Option.none<Redacted.Redacted<string>>()
+        }
+        const plain = yield* Effect.orDie(secrets.decrypt({
+          ciphertext: row.credential_ciphertext,
+          iv: row.credential_iv,
+          tag: row.credential_tag
+        }, profileId))
+        return Option.some(plain)
+      })
+
+    // ---- agents -----------------------------------------------------------------------------
+    const agentRow = (p: Principal, id: string) =>
+      Effect.flatMap(repo.agent(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(row) : Effect.fail(notFound("agent", "agent_id")))
+
+    const createAgent = (p: Principal, body: { workspace_id: string; name: string }) =>
+      Effect.gen(function*() {
+        yield* workspaceRow(p, body.workspace_id)
+        const at = yield* now
+        const id = yield* makeId("agent")
+        const [row] = yield* sql<Repo.AgentRow>`
+          INSERT INTO agents (id, tenant_id, environment, workspace_id, name, created_at, updated_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.workspace_id}, ${body.name}, ${at}, ${at})
+          RETURNING id, workspace_id, name, created_at, updated_at`
+        return Repo.toAgent(row!)
+      })
+
+    // ---- revisions --------------------------------------------------------------------------
+    const createRevision = (p: Principal, agentId: string, body: CreateAgentRevision) =>
+      Effect.gen(function*() {
+        // Tools arrive with issue 5: until then no tool id can be known.
+        if (body.tool_ids.length > 0) {
+          return yield* invalid("unknown_tool", `No such tool: ${body.tool_ids[0]}`, "tool_ids")
+        }
+        yield* agentRow(p, agentId)
+        yield* modelProfileRow(p, body.model_profile_id)
+        const at = yield* now
+        const id = yield* makeId("rev")
+        const hash = contentHash(body)
+        const [row] = yield* sql<Repo.AgentRevisionRow>`
+          INSERT INTO agent_revisions (id, tenant_id, environment, agent_id, model_profile_id, instructions,
+                                       tool_ids, content_hash, created_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${agentId}, ${body.model_profile_id}, ${body.instructions},
+                  ${[...body.tool_ids] as Array<string>}::text[], ${hash}, ${at})
+          RETURNING ${sql.literal(Repo.AGENT_REVISION_COLUMNS)}`
+        return Repo.toAgentRevision(row!)
+      })
+
+    const listRevisions = (p: Principal, agentId: string, params: Cursor.ListParams) =>
+      Effect.zipRight(
+        agentRow(p, agentId),
+        Cursor.listPage(
+          `agent_revisions:${agentId}`,
+          (t, e, after, limit) => repo.revisions(t, e, agentId, after, limit),
+          Repo.toAgentRevision
+        )(p, params)
+      )
+
+    const getRevision = (p: Principal, id: string) =>
+      Effect.flatMap(repo.revision(p.tenantId, p.environment, id), (row) =>
+        row ? Effect.succeed(Repo.toAgentRevision(row)) : Effect.fail(notFound("agent revision", "revision_id")))
+
+    const listWorkspaces = Cursor.listPage("workspaces", repo.workspaces, Repo.toWorkspace)
+    const listModelProfiles = Cursor.listPage("model_profiles", repo.modelProfiles, Repo.toModelProfile)
+    const listAgents = Cursor.listPage("agents", repo.agents, Repo.toAgent)
+
+    return {
+      listWorkspaces: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listWorkspaces(p, params)),
+      createWorkspace: (p: Principal, body: { name: string }) => dieOnSqlError(createWorkspace(p, body)),
+      getWorkspace: (p: Principal, id: string) => dieOnSqlError(Effect.map(workspaceRow(p, id), Repo.toWorkspace)),
+      listModelProfiles: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listModelProfiles(p, params)),
+      createModelProfile: (p: Principal, body: CreateModelProfile) => dieOnSqlError(createModelProfile(p, body)),
+      getModelProfile: (p: Principal, id: string) => dieOnSqlError(Effect.map(modelProfileRow(p, id), Repo.toModelProfile)),
+      credentialOf: (tenantId: string, environment: string, profileId: string) =>
+        dieOnSqlError(credentialOf(tenantId, environment, profileId)),
+      listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
+      createAgent: (p: Principal, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
+      getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),
+      listRevisions: (p: Principal, agentId: string, params: Cursor.ListParams) =>
+        dieOnSqlError(listRevisions(p, agentId, params)),
+      createRevision: (p: Principal, agentId: string, body: CreateAgentRevision) =>
+        dieOnSqlError(createRevision(p, agentId, body)),
+      getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
+    } as const
+  }),
+  dependencies: [Repo.AgentsRepo.Default, Secrets.Default]
+}) {}

@@ -1,0 +1,118 @@
+/** Workspaces, model profiles, agents and agent revisions (D12). */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import {
+  Agent,
+  AgentRevision,
+  CreateAgent,
+  CreateAgentRevision,
+  CreateModelProfile,
+  CreateWorkspace,
+  ModelProfile,
+  Workspace
+} from "../Domain/Agents.js"
+import { List, Single } from "../Domain/Envelope.js"
+import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { IdempotencyHeaders } from "../Platform/Api.js"
+import { ListParams } from "../Platform/Cursor.js"
+import { RequiredScopes, ServiceKey } from "../Platform/Security.js"
+
+const tenantId = HttpApiSchema.param("tenant_id", PathId)
+const environment = HttpApiSchema.param("environment", EnvironmentName)
+const workspaceId = HttpApiSchema.param("workspace_id", PathId)
+const modelProfileId = HttpApiSchema.param("model_profile_id", PathId)
+const agentId = HttpApiSchema.param("agent_id", PathId)
+const revisionId = HttpApiSchema.param("revision_id", PathId)
+
+export class WorkspacesApi extends HttpApiGroup.make("workspaces")
+  .add(
+    HttpApiEndpoint.get("listWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces`
+      .setUrlParams(ListParams)
+      .addSuccess(List(Workspace))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateWorkspace)
+      .addSuccess(Single(Workspace, 201))
+      .annotate(RequiredScopes, ["agents:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces/${workspaceId}`
+      .addSuccess(Single(Workspace))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
+  .add(
+    HttpApiEndpoint.get("listModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles`
+      .setUrlParams(ListParams)
+      .addSuccess(List(ModelProfile))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateModelProfile)
+      .addSuccess(Single(ModelProfile, 201))
+      .annotate(OpenApi.Description, "`credential` is write-only: stored encrypted, never returned (responses show `has_credential`). " +
+        "`settings` is checked per provider: `openai_compatible` needs `base_url`; `scripted` needs `steps` " +
+        "(a malformed step is 400 `parameter_invalid` naming it, e.g. `settings.steps.2`).")
+      .annotate(RequiredScopes, ["agents:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles/${modelProfileId}`
+      .addSuccess(Single(ModelProfile))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class AgentsApi extends HttpApiGroup.make("agents")
+  .add(
+    HttpApiEndpoint.get("listAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents`
+      .setUrlParams(ListParams)
+      .addSuccess(List(Agent))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateAgent)
+      .addSuccess(Single(Agent, 201))
+      .annotate(RequiredScopes, ["agents:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}`
+      .addSuccess(Single(Agent))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class RevisionsApi extends HttpApiGroup.make("revisions")
+  .add(
+    HttpApiEndpoint.get("listAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}/revisions`
+      .setUrlParams(ListParams)
+      .addSuccess(List(AgentRevision))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("createAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}/revisions`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateAgentRevision)
+      .addSuccess(Single(AgentRevision, 201))
+      .annotate(OpenApi.Description, "Revisions are immutable (no update or delete; the database refuses both). " +
+        "`tool_ids` must be empty until tools exist (a non-empty list is 400 `unknown_tool`).")
+      .annotate(RequiredScopes, ["agents:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agent-revisions/${revisionId}`
+      .annotate(OpenApi.Description, "Revisions are addressed on their own (runs and conversations pin a revision id).")
+      .addSuccess(Single(AgentRevision))
+      .annotate(RequiredScopes, ["agents:read"])
+  )
+  .middleware(ServiceKey)
+{}
