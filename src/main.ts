@@ -24,15 +24,16 @@ const Announce = Layer.effectDiscard(
     const address = server.address._tag === "TcpAddress"
       ? `http://${server.address.hostname}:${server.address.port}`
       : server.address.path
-    yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(
-      Effect.annotateLogs({ public_base_url: Option.getOrElse(settings.publicBaseUrl, () => address) })
-    )
     if (token.source === "config") {
       yield* Effect.logInfo("operator token: from OPERATOR_TOKEN")
     } else {
       // Printed so a new operator can use the CLI; stored at token.file with mode 0600.
       yield* Effect.logInfo(`operator token (${token.source}, stored in ${token.file}): ${Redacted.value(token.token)}`)
     }
+    // Last, so whoever waits for this line has seen everything printed before it.
+    yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(
+      Effect.annotateLogs({ public_base_url: Option.getOrElse(settings.publicBaseUrl, () => address) })
+    )
   })
 )
 
