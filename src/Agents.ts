@@ -18,7 +18,7 @@ import {
 } from "./Domain/Agents.js"
 import { invalid, notFound } from "./Domain/Errors.js"
 import { makeId } from "./Domain/Ids.js"
-import type { Principal } from "./Domain/Principal.js"
+import type { CellRef, Principal } from "./Domain/Principal.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { canonicalJson } from "./Platform/Idempotency.js"
 import { Secrets } from "./Secrets.js"
@@ -73,11 +73,11 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
 
     // ---- workspaces -------------------------------------------------------------------------
-    const workspaceRow = (p: Principal, id: string, param = "workspace_id") =>
+    const workspaceRow = (p: CellRef, id: string, param = "workspace_id") =>
       Effect.flatMap(repo.workspace(p.tenantId, p.environment, id), (row) =>
         row ? Effect.succeed(row) : Effect.fail(notFound("workspace", param)))
 
-    const createWorkspace = (p: Principal, body: { name: string }) =>
+    const createWorkspace = (p: CellRef, body: { name: string }) =>
       Effect.gen(function*() {
         const at = yield* now
         const id = yield* makeId("ws")
@@ -89,7 +89,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       })
 
     // ---- model profiles ---------------------------------------------------------------------
-    const createModelProfile = (p: Principal, body: CreateModelProfile) =>
+    const createModelProfile = (p: CellRef, body: CreateModelProfile) =>
       Effect.gen(function*() {
         const settings = body.settings ?? {}
         yield* checkSettings(body.provider, settings)
@@ -106,7 +106,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
         return Repo.toModelProfile(row!)
       })
 
-    const modelProfileRow = (p: Principal, id: string) =>
+    const modelProfileRow = (p: CellRef, id: string) =>
       Effect.flatMap(repo.modelProfile(p.tenantId, p.environment, id), (row) =>
         row ? Effect.succeed(row) : Effect.fail(notFound("model profile", "model_profile_id")))
 
@@ -126,11 +126,11 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       })
 
     // ---- agents -----------------------------------------------------------------------------
-    const agentRow = (p: Principal, id: string) =>
+    const agentRow = (p: CellRef, id: string) =>
       Effect.flatMap(repo.agent(p.tenantId, p.environment, id), (row) =>
         row ? Effect.succeed(row) : Effect.fail(notFound("agent", "agent_id")))
 
-    const createAgent = (p: Principal, body: { workspace_id: string; name: string }) =>
+    const createAgent = (p: CellRef, body: { workspace_id: string; name: string }) =>
       Effect.gen(function*() {
         yield* workspaceRow(p, body.workspace_id)
         const at = yield* now
@@ -143,7 +143,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       })
 
     // ---- revisions --------------------------------------------------------------------------
-    const createRevision = (p: Principal, agentId: string, body: CreateAgentRevision) =>
+    const createRevision = (p: CellRef, agentId: string, body: CreateAgentRevision) =>
       Effect.gen(function*() {
         // Tools arrive with issue 5: until then no tool id can be known.
         if (body.tool_ids.length > 0) {
@@ -183,19 +183,19 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     return {
       listWorkspaces: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listWorkspaces(p, params)),
-      createWorkspace: (p: Principal, body: { name: string }) => dieOnSqlError(createWorkspace(p, body)),
+      createWorkspace: (p: CellRef, body: { name: string }) => dieOnSqlError(createWorkspace(p, body)),
       getWorkspace: (p: Principal, id: string) => dieOnSqlError(Effect.map(workspaceRow(p, id), Repo.toWorkspace)),
       listModelProfiles: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listModelProfiles(p, params)),
-      createModelProfile: (p: Principal, body: CreateModelProfile) => dieOnSqlError(createModelProfile(p, body)),
+      createModelProfile: (p: CellRef, body: CreateModelProfile) => dieOnSqlError(createModelProfile(p, body)),
       getModelProfile: (p: Principal, id: string) => dieOnSqlError(Effect.map(modelProfileRow(p, id), Repo.toModelProfile)),
       credentialOf: (tenantId: string, environment: string, profileId: string) =>
         dieOnSqlError(credentialOf(tenantId, environment, profileId)),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
-      createAgent: (p: Principal, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
+      createAgent: (p: CellRef, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),
       listRevisions: (p: Principal, agentId: string, params: Cursor.ListParams) =>
         dieOnSqlError(listRevisions(p, agentId, params)),
-      createRevision: (p: Principal, agentId: string, body: CreateAgentRevision) =>
+      createRevision: (p: CellRef, agentId: string, body: CreateAgentRevision) =>
         dieOnSqlError(createRevision(p, agentId, body)),
       getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
     } as const

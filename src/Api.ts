@@ -17,6 +17,7 @@ import {
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
 import { describeOperations } from "./Platform/OpenApiDoc.js"
+import { ConversationsApi, EventsApi, RunsApi, UsageApi } from "./Runs/Api.js"
 import { SystemApi } from "./System/Api.js"
 
 const base = HttpApi.make("agent-platform")
@@ -29,6 +30,10 @@ const base = HttpApi.make("agent-platform")
   .add(ModelProfilesApi)
   .add(AgentsApi)
   .add(RevisionsApi)
+  .add(ConversationsApi)
+  .add(RunsApi)
+  .add(EventsApi)
+  .add(UsageApi)
   .add(SystemApi)
   .add(OperatorApi)
 

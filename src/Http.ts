@@ -17,7 +17,12 @@ import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLiv
 import { Idempotency } from "./Platform/Idempotency.js"
 import { pipeline } from "./Platform/Pipeline.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Platform/SecurityLive.js"
+import { Runs } from "./Runs.js"
+import { EventBus } from "./Runs/EventBus.js"
+import { RunsRepo } from "./Runs/Repo.js"
+import { ConversationsLive, EventsLive, RunsLive, UsageLive } from "./Runs/Http.js"
 import { Cells } from "./Runtime/Cells.js"
+import { RecoveryLive } from "./Runtime/Recovery.js"
 import { Secrets } from "./Secrets.js"
 import { SystemLive } from "./System/Http.js"
 
@@ -31,6 +36,10 @@ const GroupsLive = Layer.mergeAll(
   ModelProfilesLive,
   AgentsLive,
   RevisionsLive,
+  ConversationsLive,
+  RunsLive,
+  EventsLive,
+  UsageLive,
   SystemLive,
   OperatorLive
 )
@@ -48,10 +57,12 @@ export const ServicesLive = Layer.mergeAll(
   Operator.Default,
   Auth.Default,
   Idempotency.Default,
-  Cells.Default,
+  Runs.Default,
+  RunsRepo.Default,
+  EventBus.Default,
   Deletions.Default,
   OperatorToken.Default
-)
+).pipe(Layer.provideMerge(Cells.Default))
 
 /** Serves the API through the pipeline (needs an HttpServer, Settings and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
@@ -63,6 +74,7 @@ const ServeLive = HttpApiBuilder.httpApp.pipe(
 )
 
 export const HttpLive = ServeLive.pipe(
+  Layer.provide(RecoveryLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" })),
   Layer.provide(DecodeErrorsLive),

@@ -1,5 +1,6 @@
 /**
- * The operator plane (D1): pilot applications, sandbox provisioning and console-made keys.
+ * The operator plane (D1): pilot applications, sandbox provisioning (with its quickstart) and
+ * console-made keys.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
@@ -9,6 +10,7 @@ import { type EnvironmentName, makeId, toIso } from "./Domain/Ids.js"
 import type { PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Domain/Scopes.js"
+import { Quickstarts } from "./Operator/Quickstart.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import * as Repo from "./Platform/Repo.js"
 
@@ -27,6 +29,7 @@ const toPilot = (r: PilotRow): PilotApplication => ({ ...r, object: "pilot_appli
 export class Operator extends Effect.Service<Operator>()("Operator", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const quickstarts = yield* Quickstarts
 
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>
       Effect.gen(function*() {
@@ -43,7 +46,8 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
 
     /**
      * Approval creates the tenant and its `sandbox` environment in `provisioning`, provisions the
-     * cell's resources, then marks it `ready`. Approving twice answers with the same tenant.
+     * cell's resources (the quickstart), then marks it `ready`. Approving twice answers with the
+     * same tenant, and finishes a provisioning that an earlier approval left half done.
      */
     const approvePilot = (id: string) =>
       Effect.gen(function*() {
@@ -62,13 +66,19 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
                      WHERE id = ${id}`
           return tenantId
         }))
-        // Provisioning work of the sandbox cell goes here (quickstart resources come with agents).
+        // Provisioning of the sandbox cell. An environment already gone (a deleted tenant approved
+        // again) has nothing left to provision.
+        yield* quickstarts.ensure(tenantId, "sandbox").pipe(Effect.catchTag("NotFound", () => Effect.void))
         yield* sql`UPDATE environments SET state = 'ready', updated_at = ${yield* now}
                    WHERE tenant_id = ${tenantId} AND name = 'sandbox' AND state = 'provisioning'`
         return { id, status: "approved" as const, tenant_id: tenantId, environment: "sandbox" as const }
       })
 
-    /** A console-made key: without scopes the first key (quickstart abilities), else exactly those. */
+    /**
+     * A console-made key: without scopes the first key (quickstart abilities), acting as the
+     * quickstart's service actor (the quickstart is made first if the environment has none yet);
+     * else exactly those scopes.
+     */
     const createKey = (tenantId: string, environment: EnvironmentName, body: { name: string; scopes?: ReadonlyArray<string> | undefined }) =>
       Effect.gen(function*() {
         const unknown = (body.scopes ?? []).filter((s) => !isScope(s))
@@ -80,22 +90,26 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
           WHERE e.tenant_id = ${tenantId} AND e.name = ${environment} AND t.status = 'active'`
         if (!env || env.state === "deleted" || env.state === "deleting") return yield* notFound("environment", "environment")
         const scopes: ReadonlyArray<Scope> = body.scopes ? [...new Set(body.scopes as ReadonlyArray<Scope>)] : QUICKSTART_SCOPES
+        const serviceActorId = body.scopes ? null : (yield* quickstarts.ensure(tenantId, environment)).service_actor_id
         const secret = KeySecrets.generate(environment)
         const id = yield* makeId("key")
         const [row] = yield* sql<Repo.ApiKeyRow>`
-          INSERT INTO api_keys (id, tenant_id, environment, name, kind, prefix, secret_hash, scopes, created_at)
+          INSERT INTO api_keys (id, tenant_id, environment, name, kind, prefix, secret_hash, scopes, service_actor_id, created_at)
           VALUES (${id}, ${tenantId}, ${environment}, ${body.name}, ${body.scopes ? "console" : "quickstart"},
-                  ${KeySecrets.prefixOf(secret)}, ${KeySecrets.hash(secret)}, ${scopes as Array<string>}::text[], ${yield* now})
+                  ${KeySecrets.prefixOf(secret)}, ${KeySecrets.hash(secret)}, ${scopes as Array<string>}::text[],
+                  ${serviceActorId}, ${yield* now})
           RETURNING ${sql.literal(Repo.API_KEY_COLUMNS)}`
         return { ...Repo.toApiKey(row!), secret } satisfies CreatedApiKey
       })
-
 
     return {
       submitPilot: (body: Parameters<typeof submitPilot>[0]) => dieOnSqlError(submitPilot(body)),
       getPilot: (id: string) => dieOnSqlError(getPilot(id)),
       approvePilot: (id: string) => dieOnSqlError(approvePilot(id)),
-      createKey: (t: string, e: EnvironmentName, body: Parameters<typeof createKey>[2]) => dieOnSqlError(createKey(t, e, body))
+      createKey: (t: string, e: EnvironmentName, body: Parameters<typeof createKey>[2]) => dieOnSqlError(createKey(t, e, body)),
+      /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
+      getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e)
     } as const
-  })
+  }),
+  dependencies: [Quickstarts.Default]
 }) {}

@@ -9,7 +9,7 @@ import { dieOnSqlError } from "./Database/Defects.js"
 import { createHash } from "node:crypto"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Domain/Errors.js"
 import { makeId } from "./Domain/Ids.js"
-import type { Principal } from "./Domain/Principal.js"
+import type { CellRef, Principal } from "./Domain/Principal.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { withinCeiling } from "./Platform/Policy.js"
 import * as Repo from "./Platform/Repo.js"
@@ -228,7 +228,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>
         row ? Effect.succeed(Repo.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id")))
 
-    const createServiceActor = (p: Principal, name: string) =>
+    const createServiceActor = (p: CellRef, name: string) =>
       Effect.gen(function*() {
         const at = yield* now
         const id = yield* makeId("sa")
@@ -258,7 +258,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       deleteUser: (p: Principal, id: string) => dieOnSqlError(deleteUser(p, id)),
       listServiceActors: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listServiceActors(p, params)),
       getServiceActor: (p: Principal, id: string) => dieOnSqlError(getServiceActor(p, id)),
-      createServiceActor: (p: Principal, name: string) => dieOnSqlError(createServiceActor(p, name))
+      createServiceActor: (p: CellRef, name: string) => dieOnSqlError(createServiceActor(p, name))
     } as const
   }),
   dependencies: [Repo.PlatformRepo.Default]

@@ -25,6 +25,48 @@ export const decodeSecretsKey = (value: string): Either.Either<Buffer, string> =
   return Either.right(bytes)
 }
 
+/**
+ * The model of the quickstart agent (D1): the `scripted` model unless `QUICKSTART_MODEL` names a
+ * real provider (`openai:<model>` or `anthropic:<model>`); then that provider's key
+ * (`OPENAI_API_KEY` / `ANTHROPIC_API_KEY`) is required, and is stored encrypted as the quickstart
+ * model profile's credential.
+ */
+export type QuickstartModel =
+  | { readonly provider: "scripted" }
+  | { readonly provider: "openai" | "anthropic"; readonly model: string; readonly apiKey: Redacted.Redacted<string> }
+
+const QUICKSTART_KEYS = { openai: "OPENAI_API_KEY", anthropic: "ANTHROPIC_API_KEY" } as const
+
+/**
+ * `QUICKSTART_MODEL` with the provider keys. Unset, empty or `scripted`: the scripted model. A
+ * malformed value or a missing key is a config error naming the variable (never a key's value).
+ */
+export const parseQuickstartModel = (
+  value: Option.Option<string>,
+  keys: { readonly openai: Option.Option<Redacted.Redacted<string>>; readonly anthropic: Option.Option<Redacted.Redacted<string>> }
+): Either.Either<QuickstartModel, ConfigError.ConfigError> => {
+  const text = Option.getOrElse(value, () => "").trim()
+  if (text === "" || text === "scripted") return Either.right({ provider: "scripted" })
+  const cut = text.indexOf(":")
+  const provider = cut < 0 ? "" : text.slice(0, cut)
+  const model = cut < 0 ? "" : text.slice(cut + 1).trim()
+  if ((provider !== "openai" && provider !== "anthropic") || model.length === 0 || model.length > 200) {
+    return Either.left(ConfigError.InvalidData(
+      ["QUICKSTART_MODEL"],
+      `QUICKSTART_MODEL must be openai:<model> or anthropic:<model> (model: 1 to 200 characters), or unset ` +
+        `for the scripted model; got ${JSON.stringify(text.slice(0, 100))}`
+    ))
+  }
+  const apiKey = Option.filter(keys[provider], (k) => Redacted.value(k).trim().length > 0)
+  if (Option.isNone(apiKey)) {
+    return Either.left(ConfigError.MissingData(
+      [QUICKSTART_KEYS[provider]],
+      `${QUICKSTART_KEYS[provider]} is required: QUICKSTART_MODEL names the ${provider} provider`
+    ))
+  }
+  return Either.right({ provider, model, apiKey: apiKey.value })
+}
+
 export interface SettingsShape {
   readonly port: number
   readonly host: string
@@ -34,6 +76,8 @@ export interface SettingsShape {
   readonly publicBaseUrl: Option.Option<string>
   /** AES-256-GCM key for credentials at rest; unset: generated once into DATA_DIR/secrets-key */
   readonly secretsKey: Option.Option<Redacted.Redacted<string>>
+  /** the quickstart agent's model: QUICKSTART_MODEL, OPENAI_API_KEY, ANTHROPIC_API_KEY */
+  readonly quickstartModel: QuickstartModel
   /** cell resources */
   readonly rateLimit: { readonly ratePerSecond: number; readonly burst: number }
   readonly cellIdleTimeoutSeconds: number
@@ -46,6 +90,43 @@ export interface SettingsShape {
   /** deletion purge: delay before live data is purged (contract 4 rule 6: within 24 h) and the sweep interval */
   readonly purgeDelaySeconds: number
   readonly sweepIntervalSeconds: number
+  /** run time budgets (contract part 8; each at most its contract value) and cell run resources */
+  readonly runs: RunSettings
+}
+
+export interface RunSettings {
+  readonly startDeadlineSeconds: number
+  readonly executionSeconds: number
+  readonly authorizationSeconds: number
+  readonly approvalSeconds: number
+  /** runs of one cell executing at once; the others wait (within their start deadline) */
+  readonly maxActiveRunsPerCell: number
+  /** model calls one run may make */
+  readonly maxSteps: number
+  /** SSE: open streams per cell and per actor (contract part 8), ping interval, revocation check interval */
+  readonly streamsPerCell: number
+  readonly streamsPerActor: number
+  readonly pingSeconds: number
+  readonly streamAuthCheckSeconds: number
+}
+
+const bounded = (name: string, fallback: number, max: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be an integer from 1 to ${max}`, validation: (n) => n >= 1 && n <= max })
+  )
+
+export const defaultRunSettings: RunSettings = {
+  startDeadlineSeconds: 300,
+  executionSeconds: 300,
+  authorizationSeconds: 900,
+  approvalSeconds: 600,
+  maxActiveRunsPerCell: 64,
+  maxSteps: 32,
+  streamsPerCell: 128,
+  streamsPerActor: 16,
+  pingSeconds: 15,
+  streamAuthCheckSeconds: 5
 }
 
 export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>() {
@@ -74,6 +155,12 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
         })
       )
     ),
+    // Checked here, so a malformed QUICKSTART_MODEL or a missing provider key stops the start.
+    quickstartModel: Config.all({
+      model: Config.option(Config.string("QUICKSTART_MODEL")),
+      openai: Config.option(Config.redacted("OPENAI_API_KEY")),
+      anthropic: Config.option(Config.redacted("ANTHROPIC_API_KEY"))
+    }).pipe(Config.mapOrFail(({ model, ...keys }) => parseQuickstartModel(model, keys))),
     // Checked here, at start: a cell's limiter refuses (dies on) a policy outside these bounds,
     // which would turn every /v1 request into a 500.
     rateLimit: Config.all({
@@ -100,7 +187,19 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     idempotencyLockSeconds: Config.integer("IDEMPOTENCY_LOCK_SECONDS").pipe(Config.withDefault(60)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
-    sweepIntervalSeconds: Config.integer("SWEEP_INTERVAL_SECONDS").pipe(Config.withDefault(60))
+    sweepIntervalSeconds: Config.integer("SWEEP_INTERVAL_SECONDS").pipe(Config.withDefault(60)),
+    runs: Config.all({
+      startDeadlineSeconds: bounded("RUN_START_DEADLINE_SECONDS", 300, 300),
+      executionSeconds: bounded("RUN_EXECUTION_SECONDS", 300, 300),
+      authorizationSeconds: bounded("RUN_AUTHORIZATION_SECONDS", 900, 900),
+      approvalSeconds: bounded("APPROVAL_SECONDS", 600, 600),
+      maxActiveRunsPerCell: bounded("CELL_MAX_ACTIVE_RUNS", 64, 10_000),
+      maxSteps: bounded("RUN_MAX_STEPS", 32, 1000),
+      streamsPerCell: bounded("CELL_MAX_STREAMS", 128, 128),
+      streamsPerActor: bounded("ACTOR_MAX_STREAMS", 16, 16),
+      pingSeconds: bounded("SSE_PING_SECONDS", 15, 15),
+      streamAuthCheckSeconds: bounded("SSE_AUTH_CHECK_SECONDS", 5, 15)
+    })
   })
 
   static readonly layer = Layer.effect(Settings, Settings.config)
@@ -114,6 +213,7 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     operatorToken: Option.none(),
     publicBaseUrl: Option.none(),
     secretsKey: Option.none(),
+    quickstartModel: { provider: "scripted" },
     rateLimit: { ratePerSecond: 60, burst: 120 },
     cellIdleTimeoutSeconds: 600,
     dbPoolSize: 10,
@@ -122,6 +222,7 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     idempotencyLockSeconds: 60,
     purgeDelaySeconds: 3600,
     sweepIntervalSeconds: 60,
+    runs: defaultRunSettings,
     ...overrides
   })
 }

@@ -15,7 +15,7 @@ import { canonicalJson } from "../src/Platform/Idempotency.js"
 import { Secrets, secretsKeyFile } from "../src/Secrets.js"
 import { Settings } from "../src/Settings.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 
 const AGENT_SCOPES = ["agents:read", "agents:write"]
 const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/
@@ -42,12 +42,18 @@ const expectList = (res: Reply) => {
   return res.body as { items: Array<any>; next_cursor: string | null }
 }
 
-/** A sandbox with its quickstart key and a console key with the agents scopes. */
+/**
+ * A sandbox with its quickstart key, a console key with the agents scopes, and the ids of the
+ * quickstart's workspace, agent and model profile (made at provisioning, so listed last).
+ */
 const sandbox = (organization = "Acme") =>
   Effect.gen(function*() {
     const sb = yield* provisionSandbox(undefined, organization)
     const manager = yield* createKey(sb.tenantId, AGENT_SCOPES, "agents")
-    return { ...sb, manager: manager.secret }
+    const ids = (yield* operator("GET", `/tenants/${sb.tenantId}/environments/sandbox/quickstart`)).body
+    const revision = (yield* request("GET", `${sb.P}/agent-revisions/${ids.agent_revision_id}`, { key: manager.secret })).body.data
+    const qs = { workspace: ids.workspace_id as string, agent: revision.agent_id as string, profile: revision.model_profile_id as string }
+    return { ...sb, manager: manager.secret, qs }
   })
 
 const SCRIPTED = {
@@ -127,7 +133,12 @@ describe("agents resources (D12)", () => {
         yield* request("GET", `${P}/workspaces?limit=1&cursor=${page1.next_cursor}`, { key: manager })
       )
       expect(page2.items.map((w) => w.id)).toEqual([ws.id])
-      expect(page2.next_cursor).toBeNull()
+      // The last page: the quickstart's workspace, made at provisioning.
+      const page3 = expectList(
+        yield* request("GET", `${P}/workspaces?limit=1&cursor=${page2.next_cursor}`, { key: manager })
+      )
+      expect(page3.items.map((w) => w.id)).toEqual([sb.qs.workspace])
+      expect(page3.next_cursor).toBeNull()
       // A cursor of another list is refused.
       expectError(
         yield* request("GET", `${P}/agents?limit=1&cursor=${page1.next_cursor}`, { key: manager }),
@@ -135,8 +146,10 @@ describe("agents resources (D12)", () => {
         "invalid_request",
         "invalid_cursor"
       )
-      expect(expectList(yield* request("GET", `${P}/model-profiles`, { key: manager })).items).toEqual([mp])
-      expect(expectList(yield* request("GET", `${P}/agents`, { key: manager })).items).toEqual([agent])
+      expect(expectList(yield* request("GET", `${P}/model-profiles`, { key: manager })).items)
+        .toEqual([mp, expect.objectContaining({ id: sb.qs.profile })])
+      expect(expectList(yield* request("GET", `${P}/agents`, { key: manager })).items)
+        .toEqual([agent, expect.objectContaining({ id: sb.qs.agent })])
 
       const rev2 = expectSingle(
         yield* post(P, manager, `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "Be kind.", tool_ids: [] }),
@@ -227,8 +240,10 @@ describe("agents resources (D12)", () => {
         404, "not_found", "resource_missing", "agent_id"
       )
       // Lists show only the caller's own.
-      expect(expectList(yield* request("GET", `${b.P}/agents`, { key: b.manager })).items.map((x) => x.id)).toEqual([fb.agent.id])
-      expect(expectList(yield* request("GET", `${b.P}/workspaces`, { key: b.manager })).items.map((x) => x.id)).toEqual([fb.ws.id])
+      expect(expectList(yield* request("GET", `${b.P}/agents`, { key: b.manager })).items.map((x) => x.id))
+        .toEqual([fb.agent.id, b.qs.agent])
+      expect(expectList(yield* request("GET", `${b.P}/workspaces`, { key: b.manager })).items.map((x) => x.id))
+        .toEqual([fb.ws.id, b.qs.workspace])
     }).pipe(Effect.provide(makeTestApp())))
 
   it.live("revisions are immutable: no update route, and the database refuses UPDATE, DELETE and TRUNCATE", () =>
@@ -341,7 +356,8 @@ describe("agents resources (D12)", () => {
       expectSingle(yield* profile("anthropic", { max_tokens: 1024 }), 201)
       // Refused profiles were not stored.
       const sql = yield* SqlClient.SqlClient
-      const [count] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM model_profiles`.pipe(Effect.orDie)
+      const [count] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM model_profiles WHERE id <> ${sb.qs.profile}`
+        .pipe(Effect.orDie)
       expect(count!.n).toBe(5)
     }).pipe(Effect.provide(makeTestApp())))
 
@@ -383,7 +399,7 @@ describe("agents resources (D12)", () => {
       ]
       const rows = yield* sql<{ j: string }>`SELECT row_to_json(t)::text AS j FROM model_profiles t`.pipe(Effect.orDie)
       const stored = yield* sql<{ j: string }>`SELECT row_to_json(t)::text AS j FROM idempotency_keys t`.pipe(Effect.orDie)
-      expect(rows.length).toBe(1)
+      expect(rows.length).toBe(2) // this one and the quickstart's
       for (const { j } of [...rows, ...stored]) {
         for (const e of encodings) expect(j.toLowerCase()).not.toContain(e.toLowerCase())
       }

@@ -8,29 +8,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, TestClock } from "effect"
 import { makeTestApp } from "./support/App.js"
 import { provisionSandbox, request } from "./support/Client.js"
-
-const settle = Effect.zipRight(Effect.yieldNow(), Effect.promise(() => new Promise<void>((r) => setTimeout(r, 50))))
-const eventually = <A>(probe: Effect.Effect<A, never, any>, check: (a: A) => boolean) =>
-  Effect.gen(function*() {
-    let last = yield* probe
-    for (let i = 0; i < 100 && !check(last); i++) {
-      yield* settle
-      last = yield* probe
-    }
-    return last
-  })
-
-/** Moves TestClock a step at a time, letting the worker's real IO finish, until `check` holds. */
-const advanceUntil = <A>(step: string, probe: Effect.Effect<A, never, any>, check: (a: A) => boolean, maxSteps = 120) =>
-  Effect.gen(function*() {
-    let last = yield* probe
-    for (let i = 0; i < maxSteps && !check(last); i++) {
-      yield* TestClock.adjust(step as any)
-      yield* settle
-      last = yield* probe
-    }
-    return last
-  })
+import { advanceUntil, eventually } from "./support/Waiting.js"
 
 describe("deletion jobs", () => {
   it.effect("a failing purge is rolled back, retried with backoff, and does not block other jobs", () =>

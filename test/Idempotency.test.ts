@@ -48,9 +48,11 @@ const idemRows = (where: { tenantId?: string; key?: string } = {}) =>
        WHERE (${where.tenantId ?? null}::text IS NULL OR tenant_id = ${where.tenantId ?? null})
          AND (${where.key ?? null}::text IS NULL OR key = ${where.key ?? null})`.pipe(Effect.orDie))
 
+/** Rows of the tenant; service actors without the quickstart's (made at provisioning). */
 const count = (table: "users" | "service_actors" | "deletion_jobs", tenantId: string, extra?: { column: string; value: string }) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE tenant_id = ${tenantId}
+                       ${table === "service_actors" ? sql`AND id NOT IN (SELECT service_actor_id FROM quickstarts)` : sql``}
                        ${extra ? sql`AND ${sql(extra.column)} = ${extra.value}` : sql``}`.pipe(
       Effect.map((rows) => rows[0]!.n),
       Effect.orDie

@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto"
 import * as KeySecrets from "../src/Platform/KeySecrets.js"
 import { makeTestApp } from "./support/App.js"
 import { ALL_MANAGEMENT_SCOPES, createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { eventually, settle } from "./support/Waiting.js"
 
 const MGMT = [...ALL_MANAGEMENT_SCOPES]
 
@@ -37,20 +38,6 @@ const expectList = (res: Reply) => {
   expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
   return res.body as { items: Array<any>; next_cursor: string | null }
 }
-
-/** Lets the server's fibers (on TestClock, with real database IO) make progress. */
-const settle = Effect.zipRight(Effect.yieldNow(), Effect.promise(() => new Promise<void>((r) => setTimeout(r, 50))))
-
-/** Polls until `check` holds (real time, a few seconds at most). */
-const eventually = <A>(probe: Effect.Effect<A, never, any>, check: (a: A) => boolean, attempts = 100) =>
-  Effect.gen(function*() {
-    let last: A = yield* probe
-    for (let i = 0; i < attempts && !check(last); i++) {
-      yield* settle
-      last = yield* probe
-    }
-    return last
-  })
 
 /**
  * For suites that move TestClock by months: TestClock wakes every periodic sweep in turn, and each
@@ -683,6 +670,14 @@ describe("service actors", () => {
     Effect.gen(function*() {
       const a = yield* provisionSandbox(MGMT, "Alpha")
       const b = yield* provisionSandbox(MGMT, "Beta")
+      // Each sandbox has its quickstart's service actor from provisioning (the oldest, listed last).
+      const quickstartActor = (tenantId: string) =>
+        Effect.map(
+          operator("GET", `/tenants/${tenantId}/environments/sandbox/quickstart`),
+          (r) => r.body.service_actor_id as string
+        )
+      const qsA = yield* quickstartActor(a.tenantId)
+      const qsB = yield* quickstartActor(b.tenantId)
       const created = expectSingle(
         yield* request("POST", `${a.P}/service-actors`, { key: a.key, body: { name: "nightly-sync" } }),
         201
@@ -698,7 +693,7 @@ describe("service actors", () => {
         201
       )
       const list = expectList(yield* request("GET", `${a.P}/service-actors`, { key: a.key }))
-      expect(list.items.map((s) => s.id)).toEqual([second.id, created.id])
+      expect(list.items.map((s) => s.id)).toEqual([second.id, created.id, qsA])
       const paged = expectList(yield* request("GET", `${a.P}/service-actors?limit=1`, { key: a.key }))
       expect(paged.items.map((s) => s.id)).toEqual([second.id])
       const rest = expectList(
@@ -707,11 +702,18 @@ describe("service actors", () => {
         })
       )
       expect(rest.items.map((s) => s.id)).toEqual([created.id])
-      expect(rest.next_cursor).toBeNull()
+      const last = expectList(
+        yield* request("GET", `${a.P}/service-actors?limit=1&cursor=${encodeURIComponent(rest.next_cursor!)}`, {
+          key: a.key
+        })
+      )
+      expect(last.items.map((s) => s.id)).toEqual([qsA])
+      expect(last.next_cursor).toBeNull()
 
       expectError(yield* request("GET", `${b.P}/service-actors/${created.id}`, { key: b.key }), 404, "not_found")
       expectError(yield* request("GET", `${a.P}/service-actors/${created.id}`, { key: b.key }), 404, "not_found")
-      expect(expectList(yield* request("GET", `${b.P}/service-actors`, { key: b.key })).items).toEqual([])
+      expect(expectList(yield* request("GET", `${b.P}/service-actors`, { key: b.key })).items.map((s) => s.id))
+        .toEqual([qsB])
       expectError(
         yield* request("POST", `${a.P}/service-actors`, { key: a.key, body: { name: "" } }),
         400,

@@ -7,12 +7,16 @@ import { Migrator, SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import platform from "./migrations/0001_platform.js"
 import agents from "./migrations/0002_agents.js"
+import quickstart from "./migrations/0003_quickstart.js"
+import runs from "./migrations/0004_runs.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
 export const loader = Migrator.fromRecord({
   "0001_platform": platform,
-  "0002_agents": agents
+  "0002_agents": agents,
+  "0003_quickstart": quickstart,
+  "0004_runs": runs
 })
 
 const migrate = Migrator.make({})

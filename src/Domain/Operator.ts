@@ -32,3 +32,13 @@ export const OperatorCreateKey = Schema.Struct({
   })
 }).annotations({ identifier: "OperatorCreateKey" })
 
+/**
+ * The console quickstart of an environment (contract part 1, D1): resource ids, not credentials.
+ * Made once when the environment is provisioned; the same ids on every read.
+ */
+export const Quickstart = Schema.Struct({
+  service_actor_id: Schema.String,
+  workspace_id: Schema.String,
+  agent_revision_id: Schema.String
+}).annotations({ identifier: "Quickstart" })
+export type Quickstart = typeof Quickstart.Type

@@ -45,6 +45,9 @@ export const ApiKey = Schema.Struct({
   scopes: Schema.Array(Scope),
   status: Schema.Literal("active", "revoked"),
   parent_key_id: Nullable(Schema.String),
+  service_actor_id: Nullable(Schema.String).annotations({
+    description: "The service actor the key acts as: for the first key, the quickstart's stable service actor"
+  }),
   created_at: Timestamp,
   revoked_at: Nullable(Timestamp)
 }).annotations({ identifier: "ApiKey" })

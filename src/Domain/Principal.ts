@@ -16,3 +16,6 @@ export interface Principal {
 }
 
 export class CurrentPrincipal extends Context.Tag("CurrentPrincipal")<CurrentPrincipal, Principal>() {}
+
+/** The tenant and environment an operation acts in: a Principal, or the operator plane naming a cell. */
+export type CellRef = Pick<Principal, "tenantId" | "environment">

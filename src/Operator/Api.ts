@@ -2,7 +2,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { EnvironmentName, PathId } from "../Domain/Ids.js"
-import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval } from "../Domain/Operator.js"
+import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 
 export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
@@ -36,6 +36,10 @@ export class OperatorApi extends HttpApiGroup.make("operator")
     HttpApiEndpoint.post("operatorCreateApiKey")`/operator/v1/tenants/${tenantId}/environments/${environment}/api-keys`
       .setPayload(OperatorCreateKey)
       .addSuccess(CreatedApiKey, { status: 201 })
+  )
+  .add(
+    HttpApiEndpoint.get("getQuickstart")`/operator/v1/tenants/${tenantId}/environments/${environment}/quickstart`
+      .addSuccess(Quickstart)
   )
   .middleware(OperatorAuth)
   .annotate(OpenApi.Exclude, true)

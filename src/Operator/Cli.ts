@@ -6,6 +6,7 @@
  *   npm run operator -- apply-pilot --organization "Acme" --email ops@acme.test
  *   npm run operator -- approve-pilot pilot_...
  *   npm run operator -- create-key --tenant ten_... --name ci [--scopes users:read,users:write]
+ *   npm run operator -- quickstart --tenant ten_... [--environment sandbox]
  */
 import { Args, Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
@@ -71,18 +72,33 @@ const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
 const createKey = Command.make("create-key", { url, tenant, environment, name, scopes }, (o) =>
   Effect.flatMap(call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)), print))
 
+const quickstartPath = (tenantId: string, env: string) =>
+  `/tenants/${encodeURIComponent(tenantId)}/environments/${env}/quickstart`
+
+const quickstart = Command.make("quickstart", { url, tenant, environment }, (o) =>
+  Effect.flatMap(call(o.url, "GET", quickstartPath(o.tenant, o.environment)), print)).pipe(
+    Command.withDescription("Print the environment's quickstart: service actor, workspace and no-tools agent revision")
+  )
+
 const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes }, (o) =>
   Effect.gen(function*() {
     const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
     const approval = yield* call(o.url, "POST", `/pilot-applications/${application.id}/approve`)
     const key = yield* call(o.url, "POST", `/tenants/${approval.tenant_id}/environments/sandbox/api-keys`, keyBody(o))
-    yield* print({ pilot_application_id: application.id, tenant_id: approval.tenant_id, environment: "sandbox", api_key: key })
+    const ids = yield* call(o.url, "GET", quickstartPath(approval.tenant_id, "sandbox"))
+    yield* print({
+      pilot_application_id: application.id,
+      tenant_id: approval.tenant_id,
+      environment: "sandbox",
+      api_key: key,
+      quickstart: ids
+    })
     yield* Console.error(`\nThe key secret is shown once. Try:\n  curl -H "Authorization: Bearer ${key.secret}" ${Option.getOrElse(o.url, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)}/v1/tenants`)
   }))
 
 const operator = Command.make("operator").pipe(
   Command.withDescription("Agent Platform operator plane"),
-  Command.withSubcommands([provisionSandbox, applyPilot, approvePilot, createKey])
+  Command.withSubcommands([provisionSandbox, applyPilot, approvePilot, createKey, quickstart])
 )
 
 const cli = Command.run(operator, { name: "agent-platform operator", version: "0.1.0" })

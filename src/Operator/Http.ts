@@ -23,4 +23,5 @@ export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
       .handle("submitPilotApplication", ({ payload }) => operator.submitPilot(payload))
       .handle("getPilotApplication", ({ path }) => operator.getPilot(path.id))
       .handle("approvePilotApplication", ({ path }) => operator.approvePilot(path.id))
-      .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))))
+      .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))
+      .handle("getQuickstart", ({ path }) => operator.getQuickstart(path.tenant_id, path.environment))))

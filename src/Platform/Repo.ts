@@ -23,6 +23,7 @@ export interface ApiKeyRow {
   prefix: string
   scopes: ReadonlyArray<Scope>
   parent_key_id: string | null
+  service_actor_id: string | null
   created_at: Date
   revoked_at: Date | null
 }
@@ -80,6 +81,7 @@ export const toApiKey = (r: ApiKeyRow): ApiKey => ({
   scopes: r.scopes,
   status: r.revoked_at === null ? "active" : "revoked",
   parent_key_id: r.parent_key_id,
+  service_actor_id: r.service_actor_id,
   created_at: toIso(r.created_at),
   revoked_at: iso(r.revoked_at)
 })
@@ -113,7 +115,8 @@ export const toDeletionJob = (r: DeletionJobRow): DeletionJob => ({
   error: r.error
 })
 
-export const API_KEY_COLUMNS = "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, created_at, revoked_at"
+export const API_KEY_COLUMNS =
+  "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {

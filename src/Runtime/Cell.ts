@@ -1,25 +1,39 @@
 /**
- * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter and its
- * generation (and, with the runs issue, its run actors and SSE stream counts). Commands are
- * processed through `handle`; everything the cell owns is released when its scope closes.
+ * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter, its
+ * generation, its run actors (a FiberMap keyed by run id, each supervised: a defect restarts that
+ * actor from the database with backoff, never the cell), its execution slots and its SSE stream
+ * counts. Commands are processed through `handle`; everything the cell owns is released (actors
+ * interrupted, to be recovered from the database) when its scope closes.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Ref } from "effect"
+import { Cause, Clock, Effect, FiberMap, Ref, Schedule } from "effect"
+import type { RunSettings } from "../Settings.js"
+import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "./CellProtocol.js"
 import * as RateLimiter from "./RateLimiter.js"
-import type { CellCommand, CellId, ReplyOf } from "./CellProtocol.js"
+import type { ActorOptions } from "./RunActor.js"
 
 export interface Cell {
   readonly id: CellId
   readonly generation: number
   readonly lastUsed: Ref.Ref<number>
+  /** Run actors alive or SSE streams open: an idle sweep must not stop this cell. */
+  readonly busy: Effect.Effect<boolean>
   readonly handle: <C extends CellCommand>(command: C) => Effect.Effect<ReplyOf<C>>
 }
 
 export interface CellOptions {
   readonly rateLimit: RateLimiter.RateLimitPolicy
+  readonly runs: RunSettings
+  /** The run actor (its services provided): drives one run from the database. */
+  readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
+  /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`). */
+  readonly completeCancel: (runId: string) => Effect.Effect<void>
 }
 
-/** Restores a cell: bumps its durable generation, builds its limiter. */
+/** A defect or failure restarts the actor after a backoff (200 ms doubling, at most 30 s). */
+const restartBackoff = Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("30 seconds")))
+
+/** Restores a cell: bumps its durable generation, builds its limiter, its actor map and counters. */
 export const make = (id: CellId, options: CellOptions) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -31,6 +45,38 @@ export const make = (id: CellId, options: CellOptions) =>
     const limiter = yield* RateLimiter.make(options.rateLimit)
     const policy = RateLimiter.policyHeader(options.rateLimit)
     const lastUsed = yield* Ref.make(yield* Clock.currentTimeMillis)
+    const actors = yield* FiberMap.make<string>()
+    const slots = yield* Effect.makeSemaphore(options.runs.maxActiveRunsPerCell)
+    const streams = { total: 0, byActor: new Map<string, number>() }
+    const cellLabel = `${id.tenantId}/${id.environment}`
+
+    const supervised = (runId: string) =>
+      options.runActor(runId, { slots, cellGeneration: generation }).pipe(
+        Effect.sandbox,
+        Effect.tapError((cause) =>
+          Cause.isInterruptedOnly(cause)
+            ? Effect.void
+            : Effect.logError("run actor failed; restarting it from the database", cause)
+        ),
+        Effect.retry({ schedule: restartBackoff, while: (cause) => !Cause.isInterruptedOnly(cause) }),
+        Effect.unsandbox,
+        Effect.annotateLogs({ cell: cellLabel, run_id: runId })
+      )
+
+    const openStream = (actorId: string): OpenStreamReply => {
+      if (streams.total >= options.runs.streamsPerCell) return { opened: false, limit: "cell" }
+      const mine = streams.byActor.get(actorId) ?? 0
+      if (mine >= options.runs.streamsPerActor) return { opened: false, limit: "actor" }
+      streams.total++
+      streams.byActor.set(actorId, mine + 1)
+      return { opened: true }
+    }
+    const closeStream = (actorId: string) => {
+      const mine = streams.byActor.get(actorId) ?? 0
+      if (mine <= 1) streams.byActor.delete(actorId)
+      else streams.byActor.set(actorId, mine - 1)
+      if (mine > 0) streams.total--
+    }
 
     const handle = <C extends CellCommand>(command: C): Effect.Effect<ReplyOf<C>> => {
       const reply: Effect.Effect<unknown> = (() => {
@@ -39,6 +85,14 @@ export const make = (id: CellId, options: CellOptions) =>
             return Effect.map(limiter.take, (d) => ({ ...d, policy, state: RateLimiter.stateHeader(d) }))
           case "GetGeneration":
             return Effect.succeed(generation)
+          case "StartRun":
+            return Effect.asVoid(FiberMap.run(actors, command.runId, supervised(command.runId), { onlyIfMissing: true }))
+          case "CancelRun":
+            return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId))
+          case "OpenStream":
+            return Effect.sync(() => openStream(command.actorId))
+          case "CloseStream":
+            return Effect.sync(() => closeStream(command.actorId))
         }
       })()
       return Effect.zipLeft(
@@ -46,6 +100,7 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(lastUsed, now))
       )
     }
-    yield* Effect.logDebug("cell restored").pipe(Effect.annotateLogs({ cell: `${id.tenantId}/${id.environment}`, generation }))
-    return { id, generation, lastUsed, handle } satisfies Cell
+    const busy = Effect.map(FiberMap.size(actors), (n) => n > 0 || streams.total > 0)
+    yield* Effect.logDebug("cell restored").pipe(Effect.annotateLogs({ cell: cellLabel, generation }))
+    return { id, generation, lastUsed, busy, handle } satisfies Cell
   })

@@ -28,11 +28,35 @@ export type RateLimitReply = typeof RateLimitReply.Type
 /** Read the cell's generation (incremented each time the cell is restored in a new process). */
 export class GetGeneration extends Schema.TaggedClass<GetGeneration>()("GetGeneration", {}) {}
 
-export const CellCommand = Schema.Union(AdmitRequest, GetGeneration)
+/** Make sure the run's actor is running (after admission, on recovery, after an approval). */
+export class StartRun extends Schema.TaggedClass<StartRun>()("StartRun", { runId: Schema.String }) {}
+
+/**
+ * The run is durably `cancel_requested`: interrupt its actor (no new dispatch), then complete the
+ * cancellation (`cancelled`). Replies once the run is no longer executing here.
+ */
+export class CancelRun extends Schema.TaggedClass<CancelRun>()("CancelRun", { runId: Schema.String }) {}
+
+/** Reserve one SSE stream slot of the cell and of the actor (contract part 8: 128 and 16). */
+export class OpenStream extends Schema.TaggedClass<OpenStream>()("OpenStream", { actorId: Schema.String }) {}
+export const OpenStreamReply = Schema.Union(
+  Schema.Struct({ opened: Schema.Literal(true) }),
+  Schema.Struct({ opened: Schema.Literal(false), limit: Schema.Literal("cell", "actor") })
+)
+export type OpenStreamReply = typeof OpenStreamReply.Type
+
+/** Release a slot taken by OpenStream. */
+export class CloseStream extends Schema.TaggedClass<CloseStream>()("CloseStream", { actorId: Schema.String }) {}
+
+export const CellCommand = Schema.Union(AdmitRequest, GetGeneration, StartRun, CancelRun, OpenStream, CloseStream)
 export type CellCommand = typeof CellCommand.Type
 
 export interface CellReplies {
   readonly AdmitRequest: RateLimitReply
   readonly GetGeneration: number
+  readonly StartRun: void
+  readonly CancelRun: void
+  readonly OpenStream: OpenStreamReply
+  readonly CloseStream: void
 }
 export type ReplyOf<C extends CellCommand> = CellReplies[C["_tag"]]

@@ -6,8 +6,13 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Deferred, ExecutionStrategy, Effect, Exit, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Agents } from "../Agents.js"
+import { Trigger } from "../Domain/RunState.js"
+import { StepEngine } from "../Models/StepEngine.js"
+import { RunsRepo } from "../Runs/Repo.js"
 import { Settings } from "../Settings.js"
 import * as Cell from "./Cell.js"
+import * as RunActor from "./RunActor.js"
 import { type CellCommand, type CellId, cellKey, type ReplyOf } from "./CellProtocol.js"
 
 interface Entry {
@@ -21,7 +26,14 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
     const sql = yield* SqlClient.SqlClient
     const parent = yield* Effect.scope
     const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
-    const options: Cell.CellOptions = { rateLimit: settings.rateLimit }
+    const repo = yield* RunsRepo
+    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Settings>()
+    const options: Cell.CellOptions = {
+      rateLimit: settings.rateLimit,
+      runs: settings.runs,
+      runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
+      completeCancel: (runId) => Effect.asVoid(Effect.orDie(repo.commit(runId, { trigger: Trigger.CompleteCancel() })))
+    }
 
     const start = (id: CellId) =>
       SynchronizedRef.modifyEffect(entries, (map) => {
@@ -74,6 +86,7 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
             // this sweep loop for good. Such an entry is dropped like an idle one.
             const cell = yield* Effect.exit(polled.value)
             if (Exit.isSuccess(cell) && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
+            if (Exit.isSuccess(cell) && (yield* cell.value.busy)) continue
             next.delete(key)
             yield* Scope.close(entry.scope, Exit.void)
           }
@@ -98,5 +111,6 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
       })
 
     return { send, stop, activeCount } as const
-  })
+  }),
+  dependencies: [RunsRepo.Default, StepEngine.Default, Agents.Default]
 }) {}

@@ -1,0 +1,115 @@
+/**
+ * The first-run path of contract part 1, over HTTP only, as a new customer's server does it:
+ * create a conversation on the quickstart revision, start a run, stream its events, read the run
+ * (it must be `succeeded`) and the usage.
+ *
+ *   npm run quickstart                      # against the server of `npm start` (same DATA_DIR)
+ *
+ * With AGENT_PLATFORM_KEY, TENANT_ID, WORKSPACE_ID and AGENT_REVISION_ID set (the key and the
+ * quickstart ids a console shows), it does only the customer's part. Without them, it first plays
+ * the console: with the operator token (OPERATOR_TOKEN, else DATA_DIR/operator-token) it applies
+ * for a pilot, approves it, makes the first key and reads the quickstart ids.
+ * AGENT_PLATFORM_URL defaults to http://127.0.0.1:$PORT (8080). Exits 1 unless the run succeeded.
+ */
+import { randomUUID } from "node:crypto"
+import * as fs from "node:fs"
+import * as path from "node:path"
+
+const base = process.env.AGENT_PLATFORM_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`
+
+const fail = (message: string): never => {
+  console.error(message)
+  process.exit(1)
+}
+
+const call = async (method: string, url: string, token: string, body?: unknown, headers: Record<string, string> = {}) => {
+  const res = await fetch(`${base}${url}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      ...(method === "POST" && url.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {}),
+      ...headers
+    },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+  }).catch((e) => fail(`Cannot reach ${base}: ${String(e)}. Is the service running (npm start)?`))
+  const json: any = await res.json().catch(() => ({}))
+  if (!res.ok) fail(`${method} ${url} -> ${res.status} ${JSON.stringify(json)}`)
+  return { status: res.status, json, headers: res.headers }
+}
+
+interface Customer {
+  key: string
+  tenantId: string
+  workspaceId: string
+  revisionId: string
+}
+
+/** The console's part (operator plane): only when the customer's ids are not given. */
+const playConsole = async (): Promise<Customer> => {
+  const tokenFile = path.join(process.env.DATA_DIR ?? "./.data", "operator-token")
+  const token = process.env.OPERATOR_TOKEN || (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : "")
+  if (!token) fail("Set AGENT_PLATFORM_KEY, TENANT_ID, WORKSPACE_ID, AGENT_REVISION_ID, or OPERATOR_TOKEN / DATA_DIR")
+  console.log("console: applying for a pilot, approving it, creating the first key")
+  const application = await call("POST", "/operator/v1/pilot-applications", token, {
+    organization_name: "Quickstart Co",
+    contact_email: "quickstart@example.com"
+  })
+  const approval = await call("POST", `/operator/v1/pilot-applications/${application.json.id}/approve`, token)
+  const tenantId: string = approval.json.tenant_id
+  const key = await call("POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, token, { name: "first key" })
+  const quickstart = await call("GET", `/operator/v1/tenants/${tenantId}/environments/sandbox/quickstart`, token)
+  return { key: key.json.secret, tenantId, workspaceId: quickstart.json.workspace_id, revisionId: quickstart.json.agent_revision_id }
+}
+
+/** Prints the events of the SSE stream until it ends (after the terminal event). */
+const streamEvents = async (url: string, key: string) => {
+  const res = await fetch(`${base}${url}`, { headers: { authorization: `Bearer ${key}`, accept: "text/event-stream" } })
+  if (!res.ok || !res.body) fail(`GET ${url} -> ${res.status} ${await res.text()}`)
+  const decoder = new TextDecoder()
+  let buffer = ""
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(chunk, { stream: true })
+    let cut: number
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, cut)
+      buffer = buffer.slice(cut + 2)
+      const data = frame.split("\n").find((l) => l.startsWith("data: "))
+      if (!data) continue
+      const event = JSON.parse(data.slice(6))
+      const detail = event.type === "run.message" ? ` ${JSON.stringify(event.data.content)}` : ""
+      console.log(`  event ${event.sequence} ${event.type}${detail}`)
+    }
+  }
+}
+
+const main = async () => {
+  const given = process.env.AGENT_PLATFORM_KEY
+  const customer: Customer = given
+    ? {
+      key: given,
+      tenantId: process.env.TENANT_ID ?? fail("TENANT_ID is required with AGENT_PLATFORM_KEY"),
+      workspaceId: process.env.WORKSPACE_ID ?? fail("WORKSPACE_ID is required with AGENT_PLATFORM_KEY"),
+      revisionId: process.env.AGENT_REVISION_ID ?? fail("AGENT_REVISION_ID is required with AGENT_PLATFORM_KEY")
+    }
+    : await playConsole()
+  const P = `/v1/tenants/${customer.tenantId}/environments/sandbox`
+  const conversation = await call("POST", `${P}/conversations`, customer.key, {
+    workspace_id: customer.workspaceId,
+    agent_revision_id: customer.revisionId
+  })
+  console.log(`conversation ${conversation.json.data.id}`)
+  const run = await call("POST", `${P}/conversations/${conversation.json.data.id}/runs`, customer.key, {
+    input: [{ type: "text", text: "Hello, platform!" }]
+  })
+  console.log(`run ${run.json.data.id}: ${run.status} ${run.json.data.status} (Location: ${run.headers.get("location")})`)
+  await streamEvents(`${P}/runs/${run.json.data.id}/events/stream`, customer.key)
+  const final = await call("GET", `${P}/runs/${run.json.data.id}`, customer.key)
+  console.log(`run ${final.json.data.id}: ${final.json.data.status}`)
+  console.log(`output: ${JSON.stringify(final.json.data.output)}`)
+  const usage = await call("GET", `${P}/usage`, customer.key)
+  console.log(`usage: ${JSON.stringify(usage.json.data.totals)}`)
+  if (final.json.data.status !== "succeeded") fail(`the run ended ${final.json.data.status}: ${final.json.data.status_reason}`)
+}
+
+await main()

@@ -1,0 +1,114 @@
+/** Conversations, runs, run events and usage (contract 2.3, 3.1, 6; decisions D7, D8, D16). */
+import { Schema } from "effect"
+import { Timestamp } from "./Ids.js"
+import { EventType, RunStatus } from "./RunState.js"
+
+const IdRef = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+
+export const Conversation = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("conversation"),
+  workspace_id: Schema.String,
+  agent_revision_id: Schema.String.annotations({ description: "The pinned, immutable agent revision" }),
+  created_at: Timestamp
+}).annotations({ identifier: "Conversation" })
+export type Conversation = typeof Conversation.Type
+
+export const CreateConversation = Schema.Struct({
+  workspace_id: IdRef,
+  agent_revision_id: IdRef.annotations({ description: "A revision of an agent in this workspace" })
+}).annotations({ identifier: "CreateConversation" })
+
+export const TextContent = Schema.Struct({
+  type: Schema.Literal("text"),
+  text: Schema.String.pipe(Schema.maxLength(100_000))
+}).annotations({ identifier: "TextContent" })
+export type TextContent = typeof TextContent.Type
+
+export const CreateRun = Schema.Struct({
+  input: Schema.Array(TextContent).pipe(Schema.minItems(1), Schema.maxItems(100))
+}).annotations({ identifier: "CreateRun" })
+export type CreateRun = typeof CreateRun.Type
+
+export const RunUsage = Schema.Struct({
+  input_tokens: Schema.Number,
+  output_tokens: Schema.Number,
+  model_calls: Schema.Number,
+  tool_calls: Schema.Number
+}).annotations({ identifier: "RunUsage" })
+
+export const Run = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("run"),
+  conversation_id: Schema.String,
+  agent_revision_id: Schema.String,
+  status: RunStatus,
+  status_reason: Schema.NullOr(Schema.String).annotations({
+    description: "Why the run is in its status, e.g. authorization_revoked, start_deadline_exceeded, " +
+      "execution_deadline_exceeded, authorization_expired, approval_expired, model_failed, cancelled_by_request"
+  }),
+  input: Schema.NullOr(Schema.Array(TextContent)),
+  output: Schema.NullOr(Schema.Array(TextContent)).annotations({ description: "The final content of a succeeded run" }),
+  required_action: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  usage: RunUsage,
+  created_at: Timestamp,
+  started_at: Schema.NullOr(Timestamp),
+  completed_at: Schema.NullOr(Timestamp),
+  start_deadline_at: Timestamp,
+  execution_deadline_at: Schema.NullOr(Timestamp),
+  authorization_expires_at: Timestamp,
+  last_event_id: Schema.NullOr(Schema.String)
+}).annotations({ identifier: "Run" })
+export type Run = typeof Run.Type
+
+export const RunEvent = Schema.Struct({
+  id: Schema.String.annotations({ description: "Usable as `cursor` or `Last-Event-ID`: events after this one" }),
+  object: Schema.Literal("run.event"),
+  run_id: Schema.String,
+  sequence: Schema.Int.annotations({ description: "1, 2, 3... without gaps within a run" }),
+  type: EventType,
+  created_at: Timestamp,
+  data: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+}).annotations({ identifier: "RunEvent" })
+export type RunEvent = typeof RunEvent.Type
+
+export const EventListParams = Schema.Struct({
+  limit: Schema.optional(Schema.String.pipe(
+    Schema.pattern(/^(100|[1-9][0-9]?)$/, { message: () => "limit must be an integer from 1 to 100" })
+  )),
+  cursor: Schema.optional(Schema.String.annotations({
+    description: "An event id or next_cursor of this run: the page starts after it"
+  }))
+})
+
+// ---------------------------------------------------------------------------------------------
+// Usage (D16, computed from usage records and runs, never from a counter)
+
+export const UsageTotals = Schema.Struct({
+  runs: Schema.Number,
+  model_calls: Schema.Number,
+  input_tokens: Schema.Number,
+  output_tokens: Schema.Number,
+  tool_calls: Schema.Number,
+  run_seconds: Schema.Number
+}).annotations({ identifier: "UsageTotals" })
+export type UsageTotals = typeof UsageTotals.Type
+
+export const UsageGroupBy = Schema.Literal("day", "agent_revision", "model_profile")
+export type UsageGroupBy = typeof UsageGroupBy.Type
+
+export const Usage = Schema.Struct({
+  object: Schema.Literal("usage"),
+  from: Timestamp,
+  to: Timestamp,
+  group_by: UsageGroupBy,
+  totals: UsageTotals,
+  buckets: Schema.Array(Schema.Struct({ key: Schema.String, totals: UsageTotals }))
+}).annotations({ identifier: "Usage" })
+export type Usage = typeof Usage.Type
+
+export const UsageParams = Schema.Struct({
+  from: Schema.optional(Schema.String.annotations({ description: "RFC 3339; default: 24 h before `to`" })),
+  to: Schema.optional(Schema.String.annotations({ description: "RFC 3339; default: now" })),
+  group_by: Schema.optional(UsageGroupBy.annotations({ description: "Default agent_revision" }))
+})

@@ -1,0 +1,293 @@
+/**
+ * Conversations and runs (contract 2.3, 3.1, 4 rules 1-3 and 8, 6; decisions D7, D8, D16).
+ *
+ * A run is durable before 202 is returned: admission commits the run, its `run.queued` event and
+ * the user's input in one transaction, then asks the cell to start the run's actor. If this process
+ * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Duration, Effect, Option, Queue } from "effect"
+import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Domain/Errors.js"
+import { makeId, toIso } from "./Domain/Ids.js"
+import type { Principal } from "./Domain/Principal.js"
+import { setResponseHeader } from "./Domain/RequestContext.js"
+import type { CreateRun, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
+import { isTerminal, Trigger } from "./Domain/RunState.js"
+import { dieOnSqlError } from "./Database/Defects.js"
+import { EventBus } from "./Runs/EventBus.js"
+import * as Repo from "./Runs/Repo.js"
+import { Cells } from "./Runtime/Cells.js"
+import { CancelRun, OpenStream, StartRun } from "./Runtime/CellProtocol.js"
+import { Settings } from "./Settings.js"
+
+const runNotFound = notFound("run", "run_id")
+const invalidCursor = (param: string) =>
+  invalid("invalid_cursor", "The cursor or event id does not belong to this run's event history", param)
+
+export const runPath = (p: { tenantId: string; environment: string }, runId: string) =>
+  `/v1/tenants/${p.tenantId}/environments/${p.environment}/runs/${runId}`
+
+/** `Prefer: wait=N` (D7): N in 1..10 seconds, larger is treated as 10. */
+export const preferredWait = (prefer: string | undefined): number | undefined => {
+  const match = prefer?.match(/(?:^|[,;\s])wait\s*=\s*"?(\d+)"?/i)
+  if (!match) return undefined
+  const n = Number(match[1])
+  return n >= 1 ? Math.min(n, 10) : undefined
+}
+
+export class Runs extends Effect.Service<Runs>()("Runs", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const repo = yield* Repo.RunsRepo
+    const bus = yield* EventBus
+    const cells = yield* Cells
+    const settings = yield* Settings
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
+
+    /**
+     * The workspace a key may act in: the quickstart (first) key only in its quickstart workspace
+     * (contract part 1); other keys in any workspace of their environment.
+     */
+    const allowedWorkspace = (p: Principal) =>
+      p.kind !== "quickstart"
+        ? Effect.succeed(Option.none<string>())
+        : Effect.map(
+          sql<{ workspace_id: string }>`SELECT workspace_id FROM quickstarts
+            WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment}`,
+          (rows) => Option.some(rows[0]?.workspace_id ?? "")
+        )
+
+    const visible = (p: Principal, workspaceId: string) =>
+      Effect.map(allowedWorkspace(p), Option.match({ onNone: () => true, onSome: (w) => w === workspaceId }))
+
+    const runRow = (p: Principal, runId: string) =>
+      Effect.gen(function*() {
+        const row = yield* repo.runOfCell(p.tenantId, p.environment, runId)
+        if (Option.isNone(row) || !(yield* visible(p, row.value.workspace_id))) return yield* runNotFound
+        return row.value
+      })
+
+    // ---- conversations -------------------------------------------------------------------------
+    const createConversation = (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
+      Effect.gen(function*() {
+        const [workspace] = yield* sql<{ id: string }>`SELECT id FROM workspaces
+          WHERE id = ${body.workspace_id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`
+        if (!workspace) return yield* notFound("workspace", "workspace_id")
+        if (!(yield* visible(p, workspace.id))) {
+          return yield* forbidden("workspace_not_allowed", "This key can act only in its own (quickstart) workspace")
+        }
+        const [revision] = yield* sql<{ workspace_id: string }>`
+          SELECT a.workspace_id FROM agent_revisions r JOIN agents a ON a.id = r.agent_id
+          WHERE r.id = ${body.agent_revision_id} AND r.tenant_id = ${p.tenantId} AND r.environment = ${p.environment}`
+        if (!revision) return yield* notFound("agent revision", "agent_revision_id")
+        if (revision.workspace_id !== workspace.id) {
+          return yield* invalid(
+            "revision_not_in_workspace",
+            "The agent revision belongs to an agent of another workspace",
+            "agent_revision_id"
+          )
+        }
+        const row = yield* repo.insertConversation({
+          id: yield* makeId("conv"),
+          tenant_id: p.tenantId,
+          environment: p.environment,
+          workspace_id: workspace.id,
+          agent_revision_id: body.agent_revision_id,
+          created_by_key_id: p.keyId
+        })
+        return Repo.toConversation(row)
+      })
+
+    const getConversation = (p: Principal, id: string) =>
+      Effect.gen(function*() {
+        const row = yield* repo.conversation(p.tenantId, p.environment, id)
+        if (Option.isNone(row) || !(yield* visible(p, row.value.workspace_id))) {
+          return yield* notFound("conversation", "conversation_id")
+        }
+        return Repo.toConversation(row.value)
+      })
+
+    // ---- runs ------------------------------------------------------------------------------------
+    /** Waits up to `seconds` for the run to be terminal; the run as it then is. */
+    const awaitTerminal = (runId: string, seconds: number) =>
+      Effect.scoped(Effect.gen(function*() {
+        const events = yield* bus.subscribe(runId)
+        const current = yield* repo.run(runId)
+        if (Option.isSome(current) && isTerminal(current.value.status)) return current.value
+        yield* Queue.take(events).pipe(
+          Effect.repeat({ until: (e) => e.type !== "run.reconciled" && e.data.status !== undefined && isTerminal(e.data.status as any) }),
+          Effect.timeout(Duration.seconds(seconds)),
+          Effect.option
+        )
+        return Option.getOrUndefined(yield* repo.run(runId))
+      }))
+
+    const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined) =>
+      Effect.gen(function*() {
+        const conversation = yield* getConversation(p, conversationId)
+        const at = yield* now
+        const id = yield* makeId("run")
+        const admitted = yield* repo.admit({
+          id,
+          tenant_id: p.tenantId,
+          environment: p.environment,
+          workspace_id: conversation.workspace_id,
+          conversation_id: conversation.id,
+          agent_revision_id: conversation.agent_revision_id,
+          key_id: p.keyId,
+          input: body.input,
+          created_at: at,
+          start_deadline_at: new Date(at.getTime() + settings.runs.startDeadlineSeconds * 1000),
+          authorization_expires_at: new Date(at.getTime() + settings.runs.authorizationSeconds * 1000),
+          item: { type: "user_message", text: body.input.map((c) => c.text).join("\n") }
+        })
+        if (!admitted) {
+          return yield* new Conflict({
+            code: "conversation_busy",
+            message: "This conversation already has a run that is not finished; wait for it or cancel it",
+            param: "conversation_id"
+          })
+        }
+        yield* cells.send(cellOf(p), new StartRun({ runId: id }))
+        yield* setResponseHeader("location", runPath(p, id))
+        const wait = preferredWait(prefer)
+        if (wait !== undefined) {
+          yield* setResponseHeader("preference-applied", `wait=${wait}`)
+          const waited = yield* awaitTerminal(id, wait)
+          if (waited && isTerminal(waited.status)) return { terminal: true as const, run: Repo.toRun(waited) }
+        }
+        const row = yield* repo.run(id)
+        return { terminal: false as const, run: Repo.toRun(Option.getOrThrow(row)) }
+      })
+
+    const getRun = (p: Principal, runId: string) => Effect.map(runRow(p, runId), Repo.toRun)
+
+    /**
+     * D7: a non-terminal run goes `cancel_requested` (durably, with its event), then its cell stops
+     * the actor and completes the cancellation. A run already `cancel_requested` answers the same.
+     */
+    const cancelRun = (p: Principal, runId: string) =>
+      Effect.gen(function*() {
+        const row = yield* runRow(p, runId)
+        if (isTerminal(row.status)) {
+          return yield* new Conflict({
+            code: "run_not_cancellable",
+            message: `The run is ${row.status}; only a run that has not finished can be cancelled`,
+            param: "run_id"
+          })
+        }
+        if (row.status !== "cancel_requested") {
+          yield* repo.commit(runId, { trigger: Trigger.Cancel() })
+        }
+        // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
+        const after = Option.getOrThrow(yield* repo.run(runId))
+        if (after.status === "cancel_requested") {
+          yield* cells.send(cellOf(p), new CancelRun({ runId })).pipe(Effect.forkDaemon)
+        } else if (isTerminal(after.status) && after.status !== "cancelled") {
+          return yield* new Conflict({
+            code: "run_not_cancellable",
+            message: `The run is ${after.status}; only a run that has not finished can be cancelled`,
+            param: "run_id"
+          })
+        }
+        yield* setResponseHeader("location", runPath(p, runId))
+        return Repo.toRun(after)
+      })
+
+    // ---- events ----------------------------------------------------------------------------------
+    /** The sequence after which to read: from a cursor / Last-Event-ID of this run (D8). */
+    const afterSequence = (runId: string, id: string | undefined, param: string) =>
+      Effect.gen(function*() {
+        if (id === undefined || id === "") return 0
+        const position = yield* repo.eventPosition(id)
+        if (Option.isNone(position) || position.value.run_id !== runId) return yield* invalidCursor(param)
+        return position.value.sequence
+      })
+
+    const listEvents = (p: Principal, runId: string, params: { limit?: string | undefined; cursor?: string | undefined }) =>
+      Effect.gen(function*() {
+        yield* runRow(p, runId)
+        const after = yield* afterSequence(runId, params.cursor, "cursor")
+        const limit = params.limit === undefined ? 50 : Number(params.limit)
+        const rows = yield* repo.eventsAfter(runId, after, limit + 1)
+        const items = rows.slice(0, limit)
+        return {
+          items: items.map(Repo.toEvent),
+          next_cursor: rows.length > limit ? items[items.length - 1]!.id : null
+        }
+      })
+
+    /** Opens an SSE stream slot or fails with 429 `stream_limit_reached` (contract part 8). */
+    const openStream = (p: Principal, runId: string, lastEventId: string | undefined, cursor: string | undefined) =>
+      Effect.gen(function*() {
+        yield* runRow(p, runId)
+        const after = lastEventId !== undefined && lastEventId !== ""
+          ? yield* afterSequence(runId, lastEventId, "Last-Event-ID")
+          : yield* afterSequence(runId, cursor, "cursor")
+        const reply = yield* cells.send(cellOf(p), new OpenStream({ actorId: p.actor.id }))
+        if (!reply.opened) {
+          const limit = reply.limit === "cell"
+            ? `${settings.runs.streamsPerCell} open streams per environment`
+            : `${settings.runs.streamsPerActor} open streams per caller`
+          yield* setResponseHeader("retry-after", "1")
+          return yield* new RateLimited({ code: "stream_limit_reached", message: `Too many open event streams: at most ${limit}` })
+        }
+        return after
+      })
+
+    // ---- usage (D16) -----------------------------------------------------------------------------
+    const getUsage = (p: Principal, params: { from?: string | undefined; to?: string | undefined; group_by?: UsageGroupBy | undefined }) =>
+      Effect.gen(function*() {
+        const parse = (value: string | undefined, param: string, fallback: Date) => {
+          if (value === undefined) return Effect.succeed(fallback)
+          const d = new Date(value)
+          return /^\d{4}-\d{2}-\d{2}T/.test(value) && !Number.isNaN(d.getTime())
+            ? Effect.succeed(d)
+            : Effect.fail(invalid("parameter_invalid", `${param} must be an RFC 3339 time`, param))
+        }
+        const to = yield* parse(params.to, "to", yield* now)
+        const from = yield* parse(params.from, "from", new Date(to.getTime() - 24 * 3600 * 1000))
+        if (from.getTime() > to.getTime()) return yield* invalid("parameter_invalid", "from must not be after to", "from")
+        const groupBy = params.group_by ?? "agent_revision"
+        const workspace = yield* allowedWorkspace(p)
+        const rows = yield* repo.usage(p.tenantId, p.environment, from, to, groupBy, Option.getOrUndefined(workspace))
+        const zero: UsageTotals = { runs: 0, model_calls: 0, input_tokens: 0, output_tokens: 0, tool_calls: 0, run_seconds: 0 }
+        const totals = rows.reduce<UsageTotals>((t, b) => ({
+          runs: t.runs + b.totals.runs,
+          model_calls: t.model_calls + b.totals.model_calls,
+          input_tokens: t.input_tokens + b.totals.input_tokens,
+          output_tokens: t.output_tokens + b.totals.output_tokens,
+          tool_calls: t.tool_calls + b.totals.tool_calls,
+          run_seconds: t.run_seconds + b.totals.run_seconds
+        }), zero)
+        return {
+          object: "usage",
+          from: toIso(from),
+          to: toIso(to),
+          group_by: groupBy,
+          totals,
+          buckets: rows
+        } satisfies Usage
+      })
+
+    return {
+      createConversation: (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
+        dieOnSqlError(createConversation(p, body)),
+      getConversation: (p: Principal, id: string) => dieOnSqlError(getConversation(p, id)),
+      createRun: (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined) =>
+        dieOnSqlError(createRun(p, conversationId, body, prefer)),
+      getRun: (p: Principal, runId: string) => dieOnSqlError(getRun(p, runId)),
+      cancelRun: (p: Principal, runId: string) => dieOnSqlError(cancelRun(p, runId)),
+      listEvents: (p: Principal, runId: string, params: { limit?: string | undefined; cursor?: string | undefined }) =>
+        dieOnSqlError(listEvents(p, runId, params)),
+      openStream: (p: Principal, runId: string, lastEventId: string | undefined, cursor: string | undefined) =>
+        dieOnSqlError(openStream(p, runId, lastEventId, cursor)),
+      getUsage: (p: Principal, params: { from?: string | undefined; to?: string | undefined; group_by?: UsageGroupBy | undefined }) =>
+        dieOnSqlError(getUsage(p, params))
+    } as const
+  }),
+  dependencies: [Repo.RunsRepo.Default, EventBus.Default]
+}) {}
+
+export type { RunEvent }

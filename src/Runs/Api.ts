@@ -1,0 +1,124 @@
+/** Conversations, runs, run events and usage (contract part 4 rows; D7, D8, D16). */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { Accepted, List, Single } from "../Domain/Envelope.js"
+import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import {
+  Conversation,
+  CreateConversation,
+  CreateRun,
+  EventListParams,
+  Run,
+  RunEvent,
+  Usage,
+  UsageParams
+} from "../Domain/Runs.js"
+import { IdempotencyHeaders } from "../Platform/Api.js"
+import { RequiredScopes, ServiceKey } from "../Platform/Security.js"
+
+const tenantId = HttpApiSchema.param("tenant_id", PathId)
+const environment = HttpApiSchema.param("environment", EnvironmentName)
+const conversationId = HttpApiSchema.param("conversation_id", PathId)
+const runId = HttpApiSchema.param("run_id", PathId)
+
+/** The 200 of `Prefer: wait` (a terminal run); distinct in code from the 202's plain run. */
+export const TerminalRun = Schema.TaggedStruct("TerminalRun", { run: Schema.typeSchema(Run) })
+const TerminalRunResponse = Single(Run).pipe(
+  Schema.compose(Schema.transform(Schema.typeSchema(Run), TerminalRun, {
+    strict: true,
+    decode: (run) => TerminalRun.make({ run }),
+    encode: (t) => t.run
+  }))
+).annotations(HttpApiSchema.annotations({ status: 200, description: "With `Prefer: wait=N`: the run ended within N seconds" }))
+
+export class ConversationsApi extends HttpApiGroup.make("conversations")
+  .add(
+    HttpApiEndpoint.post("createConversation")`/v1/tenants/${tenantId}/environments/${environment}/conversations`
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateConversation)
+      .addSuccess(Single(Conversation, 201))
+      .annotate(OpenApi.Description, "Pins an immutable agent revision of an agent in the given workspace. " +
+        "The quickstart key may use only its own workspace (403 `workspace_not_allowed`).")
+      .annotate(RequiredScopes, ["conversations:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getConversation")`/v1/tenants/${tenantId}/environments/${environment}/conversations/${conversationId}`
+      .addSuccess(Single(Conversation))
+      .annotate(RequiredScopes, ["conversations:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class RunsApi extends HttpApiGroup.make("runs")
+  .add(
+    HttpApiEndpoint.post("createRun")`/v1/tenants/${tenantId}/environments/${environment}/conversations/${conversationId}/runs`
+      .setHeaders(Schema.Struct({
+        ...IdempotencyHeaders.fields,
+        prefer: Schema.optional(Schema.String).annotations({
+          description: "`wait=N` (1..10; larger counts as 10): wait up to N seconds for the run to end. " +
+            "Answered with `Preference-Applied: wait=N`"
+        })
+      }))
+      .setPayload(CreateRun)
+      .addSuccess(Accepted(Run))
+      .addSuccess(TerminalRunResponse)
+      .annotate(OpenApi.Description, "Admits a run: it is durably stored before 202 (with `Location`) is returned, and " +
+        "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`).")
+      .annotate(RequiredScopes, ["runs:write"])
+  )
+  .add(
+    HttpApiEndpoint.get("getRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}`
+      .addSuccess(Single(Run))
+      .annotate(RequiredScopes, ["runs:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("cancelRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/cancel`
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Accepted(Run))
+      .annotate(OpenApi.Description, "202 with the run in `cancel_requested`: new dispatch stops and the runtime is " +
+        "interrupted; the run then becomes `cancelled`. An accepted tool operation is not undone. A finished run: 409 " +
+        "`run_not_cancellable`.")
+      .annotate(RequiredScopes, ["runs:write"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class EventsApi extends HttpApiGroup.make("events")
+  .add(
+    HttpApiEndpoint.get("listRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events`
+      .setUrlParams(EventListParams)
+      .addSuccess(List(RunEvent))
+      .annotate(OpenApi.Description, "Events in sequence order. `next_cursor` is the id of the page's last event; " +
+        "an event id and a cursor are interchangeable (also with `Last-Event-ID` of the stream). A null `next_cursor` " +
+        "does not mean no more events will come: keep the last event id and poll from it.")
+      .annotate(RequiredScopes, ["runs:read"])
+  )
+  .add(
+    HttpApiEndpoint.get("streamRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events/stream`
+      .setHeaders(Schema.Struct({
+        accept: Schema.optional(Schema.String).annotations({ description: "Must accept text/event-stream" }),
+        "last-event-id": Schema.optional(Schema.String).annotations({ description: "Resume after this event id" })
+      }))
+      .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String) }))
+      .addSuccess(Schema.String.pipe(HttpApiSchema.withEncoding({ kind: "Text", contentType: "text/event-stream" })))
+      .annotate(OpenApi.Description, "Server-Sent Events: `id: <event id>`, `event: <type>`, `data: <event JSON>`, and " +
+        "a `: ping` comment at least every 15 s. Without `Last-Event-ID` the stream starts at the run's first event. " +
+        "It ends after a terminal event (not after `run.outcome_unknown`, which a `run.reconciled` receipt may follow) " +
+        "and within 15 s of the key's revocation. At most 128 open streams per environment and 16 per key " +
+        "(429 `stream_limit_reached`).")
+      .annotate(RequiredScopes, ["runs:read"])
+  )
+  .middleware(ServiceKey)
+{}
+
+export class UsageApi extends HttpApiGroup.make("usage")
+  .add(
+    HttpApiEndpoint.get("getUsage")`/v1/tenants/${tenantId}/environments/${environment}/usage`
+      .setUrlParams(UsageParams)
+      .addSuccess(Single(Usage))
+      .annotate(OpenApi.Description, "Runs, model calls, tokens, tool calls and run seconds in [from, to), computed from " +
+        "usage records; buckets by day, agent_revision (default) or model_profile.")
+      .annotate(RequiredScopes, ["usage:read"])
+  )
+  .middleware(ServiceKey)
+{}

@@ -1,0 +1,67 @@
+/**
+ * Fan-out of committed run events to this process's streams and waiters.
+ *
+ * Every insert into `run_events` notifies channel `run_events` (a trigger; Postgres delivers it at
+ * commit), so nothing is announced before it is durable, whichever process or node committed it.
+ * One LISTEN connection per process; each notification is read once from the database (only if
+ * someone here follows that run) and offered to each subscriber's bounded queue. Subscribers never
+ * rely on the bus alone: they read from the database after subscribing, and on any sequence gap
+ * (a full queue dropped something, or the LISTEN connection was replaced) they read the missing
+ * events from the database again.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Queue, Schedule, Stream } from "effect"
+import { RunsRepo, type EventRow } from "./Repo.js"
+
+export class EventBus extends Effect.Service<EventBus>()("EventBus", {
+  scoped: Effect.gen(function*() {
+    const pg = yield* PgClient.PgClient
+    const repo = yield* RunsRepo
+    const subscribers = new Map<string, Set<Queue.Queue<EventRow>>>()
+
+    const deliver = (payload: string) =>
+      Effect.gen(function*() {
+        let note: { run_id?: unknown; sequence?: unknown }
+        try {
+          note = JSON.parse(payload)
+        } catch {
+          return
+        }
+        if (typeof note.run_id !== "string" || typeof note.sequence !== "number") return
+        const queues = subscribers.get(note.run_id)
+        if (!queues || queues.size === 0) return
+        const rows = yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)
+        const row = rows[0]
+        if (!row || row.sequence !== note.sequence) return
+        for (const q of queues) yield* Queue.offer(q, row)
+      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("run event fan-out failed", cause)))
+
+    yield* pg.listen("run_events").pipe(
+      Stream.runForEach(deliver),
+      Effect.tapErrorCause((cause) => Effect.logWarning("run_events listener lost; reconnecting", cause)),
+      Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+      Effect.forkScoped
+    )
+
+    /** Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls). */
+    const subscribe = (runId: string) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          const q = Effect.runSync(Queue.sliding<EventRow>(1024))
+          let set = subscribers.get(runId)
+          if (!set) subscribers.set(runId, (set = new Set()))
+          set.add(q)
+          return q as Queue.Dequeue<EventRow>
+        }),
+        (q) =>
+          Effect.sync(() => {
+            const set = subscribers.get(runId)
+            set?.delete(q as Queue.Queue<EventRow>)
+            if (set && set.size === 0) subscribers.delete(runId)
+          }).pipe(Effect.zipRight(Queue.shutdown(q)))
+      )
+
+    return { subscribe } as const
+  }),
+  dependencies: [RunsRepo.Default]
+}) {}

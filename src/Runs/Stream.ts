@@ -1,0 +1,101 @@
+/**
+ * The SSE body of `streamRunEvents` (contract part 6, D8).
+ *
+ * Frames: `id: <event id>`, `event: <type>`, `data: <event JSON>` (encoded by
+ * `@effect/experimental/Sse`), and a `: ping` comment at least every ping interval (15 s). It
+ * starts after the given sequence (0: the run's first event), reads history from the database,
+ * then follows the event bus; any gap in sequences is filled from the database, and each ping
+ * interval without news re-reads the database too, so an event is never skipped or sent twice.
+ * It ends after a terminal event (except `run.outcome_unknown`, which a `run.reconciled` receipt
+ * may follow), when the key that opened it is revoked (checked every few seconds, so within 15 s),
+ * or when the client goes away; the cell's stream slot is released in every case.
+ */
+import * as Sse from "@effect/experimental/Sse"
+import { Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
+import type { Principal } from "../Domain/Principal.js"
+import { CloseStream } from "../Runtime/CellProtocol.js"
+import { Cells } from "../Runtime/Cells.js"
+import { Settings } from "../Settings.js"
+import { EventBus } from "./EventBus.js"
+import { type EventRow, RunsRepo, toEvent } from "./Repo.js"
+
+const END = Symbol("end")
+const PAGE = 500
+
+/** Events after which the stream may end: a terminal outcome nothing can follow. */
+const ENDS_STREAM = new Set(["run.succeeded", "run.failed", "run.cancelled", "run.expired", "run.interrupted"])
+
+export const frame = (row: EventRow): string =>
+  Sse.encoder.write({ _tag: "Event", event: row.type, id: row.id, data: JSON.stringify(toEvent(row)) })
+
+export const eventStream = (p: Principal, runId: string, after: number) =>
+  Stream.unwrapScoped(Effect.gen(function*() {
+    const repo = yield* RunsRepo
+    const bus = yield* EventBus
+    const cells = yield* Cells
+    const settings = yield* Settings
+    // The slot was taken by Runs.openStream before the response started.
+    yield* Effect.addFinalizer(() =>
+      cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id }))
+    )
+    const events = yield* bus.subscribe(runId)
+    const out = yield* Queue.bounded<string | typeof END>(256)
+    let last = after
+
+    /** Sends rows in order from the database, starting after `last`; `true` once a final event is sent. */
+    const catchUp: Effect.Effect<boolean, unknown> = Effect.gen(function*() {
+      while (true) {
+        const rows = yield* repo.eventsAfter(runId, last, PAGE)
+        for (const row of rows) {
+          yield* Queue.offer(out, frame(row))
+          last = row.sequence
+          if (ENDS_STREAM.has(row.type)) return true
+        }
+        if (rows.length < PAGE) return false
+      }
+    })
+
+    const follow = Effect.gen(function*() {
+      if (yield* catchUp) return
+      while (true) {
+        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.seconds(settings.runs.pingSeconds))
+        if (Option.isNone(next)) {
+          if (yield* catchUp) return // notifications can be lost (a replaced LISTEN connection)
+          continue
+        }
+        const row = next.value
+        if (row.sequence <= last) continue
+        if (row.sequence > last + 1) {
+          if (yield* catchUp) return
+          continue
+        }
+        yield* Queue.offer(out, frame(row))
+        last = row.sequence
+        if (ENDS_STREAM.has(row.type)) return
+      }
+    })
+
+    const ping = Queue.offer(out, ": ping\n\n").pipe(
+      Effect.repeat(Schedule.spaced(Duration.seconds(settings.runs.pingSeconds))),
+      Effect.delay(Duration.seconds(settings.runs.pingSeconds))
+    )
+
+    const revoked = repo.keyActive(p.keyId).pipe(
+      Effect.repeat({
+        schedule: Schedule.spaced(Duration.seconds(settings.runs.streamAuthCheckSeconds)),
+        while: (active) => active
+      })
+    )
+
+    // Whichever ends first ends the stream (the follower's own failure included, after a log line).
+    const ending = <A, E>(effect: Effect.Effect<A, E>) =>
+      effect.pipe(Effect.tapErrorCause((cause) => Effect.logWarning("event stream stopped", cause)), Effect.exit, Effect.asVoid)
+    yield* Effect.raceAll([ending(follow), ending(ping), ending(revoked)]).pipe(
+      Effect.ensuring(Queue.offer(out, END)),
+      Effect.forkScoped
+    )
+    return Stream.fromQueue(out).pipe(
+      Stream.takeWhile((item): item is string => item !== END),
+      Stream.encodeText
+    )
+  }))

@@ -1,0 +1,230 @@
+/**
+ * A run actor: drives one run through the state machine, from whatever the database says.
+ *
+ * It keeps nothing the database does not have: started again (after a defect, a restart or a
+ * crash) it reads the run and its conversation and continues from the last committed step. Each
+ * step commits its event, conversation items and usage records together (RunsRepo.commitAll), and
+ * every change of status goes through the state machine under the run's row lock, so the actor and
+ * a concurrent cancel request cannot both win.
+ *
+ * Time budgets (contract part 8, the earliest wins) are timeouts on Effect's Clock:
+ *   - queued: until min(start deadline, authorization expiry), waiting for a cell execution slot;
+ *   - running: until min(execution deadline, authorization expiry).
+ * A budget that runs out interrupts the work in flight and ends the run `expired`, with the budget
+ * as `status_reason`. Before starting and before each model call, the key that created the run is
+ * checked again: revoked -> `failed` (`authorization_revoked`).
+ */
+import { Clock, Duration, Effect, Either, Option, Schedule, Schema } from "effect"
+import { Agents } from "../Agents.js"
+import type * as RunState from "../Domain/RunState.js"
+import { Trigger } from "../Domain/RunState.js"
+import { ConversationItem, StepEngine, type StepResult } from "../Models/StepEngine.js"
+import { type Commit, RunsRepo, type RunRow } from "../Runs/Repo.js"
+import { Settings } from "../Settings.js"
+
+const Items = Schema.Array(ConversationItem)
+
+/** `status_reason` of a run ended by a model error. */
+const modelFailureReason: Record<string, string> = {
+  ModelRateLimited: "model_rate_limited",
+  ModelUnavailable: "model_unavailable",
+  ModelInvalidResponse: "model_invalid_response",
+  ModelAuthFailed: "model_authentication_failed",
+  ModelFailed: "model_failed"
+}
+
+type Outcome = "done" | RunState.Budget
+
+/** Runs `work` until `deadline`; past it, the work is interrupted and `budget` is returned. */
+const within = <A, E, R>(deadline: Date, budget: RunState.Budget, work: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Clock.currentTimeMillis, (now): Effect.Effect<Outcome, E, R> =>
+    Effect.timeoutTo(work, {
+      duration: Duration.millis(Math.max(0, deadline.getTime() - now)),
+      onSuccess: (): Outcome => "done",
+      onTimeout: (): Outcome => budget
+    }))
+
+/** The earliest of the applicable deadlines, and the budget it belongs to. */
+const earliest = (...candidates: ReadonlyArray<readonly [Date | null, RunState.Budget]>) =>
+  candidates
+    .filter((c): c is readonly [Date, RunState.Budget] => c[0] !== null)
+    .reduce((a, b) => (b[0].getTime() < a[0].getTime() ? b : a))
+
+export interface ActorOptions {
+  /** The cell's execution slots: a queued run waits for one within its start deadline. */
+  readonly slots: Effect.Semaphore
+  readonly cellGeneration: number
+}
+
+export const run = (runId: string, options: ActorOptions) =>
+  Effect.gen(function*() {
+    const repo = yield* RunsRepo
+    const engine = yield* StepEngine
+    const agents = yield* Agents
+    const settings = yield* Settings
+    const budgets = settings.runs
+
+    /** Commits; a refusal means someone else (a cancel, a budget) changed the run first. */
+    const commit = (...commits: ReadonlyArray<Commit>) =>
+      Effect.map(repo.commitAll(runId, commits), Either.isRight)
+
+    const load = Effect.map(repo.run(runId), Option.getOrUndefined)
+
+    const expire = (budget: RunState.Budget) => commit({ trigger: Trigger.Expire({ budget }) })
+
+    const revoked = (row: RunRow) => Effect.map(repo.keyActive(row.key_id), (ok) => !ok)
+
+    // ---- the model calls and what they commit --------------------------------------------------
+    const drive = (row: RunRow) =>
+      Effect.gen(function*() {
+        const context = yield* repo.agentContext(runId)
+        if (Option.isNone(context) || row.input === null) {
+          yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
+          return
+        }
+        const agent = context.value
+        const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
+        for (let i = 0; i < budgets.maxSteps; i++) {
+          if (yield* revoked(row)) {
+            yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+            return
+          }
+          const decoded = yield* Effect.either(Schema.decodeUnknown(Items)(yield* repo.items(row.conversation_id)))
+          if (Either.isLeft(decoded)) {
+            yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
+            return
+          }
+          const result = yield* engine.step({
+            profile: { id: agent.model_profile_id, provider: agent.provider, model: agent.model, settings: agent.settings },
+            credential,
+            instructions: agent.instructions,
+            conversation: decoded.right
+          }).pipe(
+            Effect.retry({
+              schedule: Schedule.exponential("1 second").pipe(Schedule.intersect(Schedule.recurs(2))),
+              while: (e) => e._tag === "ModelRateLimited" || e._tag === "ModelUnavailable"
+            }),
+            Effect.either
+          )
+          if (Either.isLeft(result)) {
+            const e = result.left
+            yield* commit({
+              trigger: Trigger.Fail({ reason: modelFailureReason[e._tag] ?? "model_failed" }),
+              data: {
+                error: {
+                  type: e._tag,
+                  message: e.message,
+                  ...(e.provider_request_id === undefined ? {} : { provider_request_id: e.provider_request_id })
+                }
+              }
+            })
+            return
+          }
+          const done = yield* commitStep(agent, result.right)
+          if (done) return
+        }
+        yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })
+      })
+
+    /** Commits a step's result; `true` when the run is over (or no longer ours to drive). */
+    const commitStep = (
+      agent: { model_profile_id: string; provider: string; model: string },
+      result: StepResult
+    ) => {
+      const usage = [{
+        kind: "model_call" as const,
+        model_profile_id: agent.model_profile_id,
+        provider: agent.provider,
+        model: agent.model,
+        input_tokens: result.usage.input_tokens,
+        output_tokens: result.usage.output_tokens
+      }]
+      const providerRequestId = result.provider_request_id === undefined ? {} : { provider_request_id: result.provider_request_id }
+      if (result._tag === "Final") {
+        const content = [{ type: "text" as const, text: result.text }]
+        return Effect.as(
+          commit(
+            {
+              trigger: Trigger.Message(),
+              data: {
+                role: "assistant",
+                content,
+                usage: { input_tokens: result.usage.input_tokens, output_tokens: result.usage.output_tokens },
+                ...providerRequestId
+              },
+              items: [{ type: "assistant_message", text: result.text }],
+              usage
+            },
+            { trigger: Trigger.Succeed(), data: { output: content }, output: content }
+          ),
+          true
+        )
+      }
+      // Tool execution comes with connections (issue 5): revisions have no tools yet, so a model
+      // that proposes a call anyway ends the run as a model error, with the step's usage counted.
+      return Effect.as(
+        commit({
+          trigger: Trigger.Fail({ reason: "model_invalid_response" }),
+          data: { error: { type: "ModelInvalidResponse", message: "The model proposed a tool call, but the revision offers no tools" } },
+          usage
+        }),
+        true
+      )
+    }
+
+    // ---- the phases --------------------------------------------------------------------------
+    const phaseQueued = (row: RunRow) =>
+      Effect.gen(function*() {
+        const [deadline, budget] = earliest(
+          [row.start_deadline_at, "start_deadline_exceeded"],
+          [row.authorization_expires_at, "authorization_expired"]
+        )
+        // The start deadline covers only the wait for an execution slot (and the start itself).
+        const waited = yield* within(deadline, budget, options.slots.take(1))
+        if (waited !== "done") return yield* expire(waited)
+        yield* Effect.gen(function*() {
+          if (yield* revoked(row)) {
+            yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+            return
+          }
+          const started = yield* commit({
+            trigger: Trigger.Start(),
+            data: { cell_generation: options.cellGeneration },
+            executionSeconds: budgets.executionSeconds
+          })
+          if (!started) return
+          const running = yield* load
+          if (running) yield* phaseRunning(running)
+        }).pipe(Effect.ensuring(options.slots.release(1)))
+      })
+
+    const phaseRunning = (row: RunRow) =>
+      Effect.gen(function*() {
+        const [deadline, budget] = earliest(
+          [row.execution_deadline_at, "execution_deadline_exceeded"],
+          [row.authorization_expires_at, "authorization_expired"]
+        )
+        const outcome = yield* within(deadline, budget, drive(row))
+        if (outcome !== "done") yield* expire(outcome)
+      })
+
+    const row = yield* load
+    if (!row) return
+    switch (row.status) {
+      case "queued":
+        return yield* phaseQueued(row)
+      case "running":
+        // Resumed after a restart or a defect: an execution slot again, the same deadlines.
+        return yield* options.slots.withPermits(1)(phaseRunning(row))
+      case "cancel_requested":
+        // The process stopped before the cancel completed; nothing runs for this run any more.
+        yield* commit({ trigger: Trigger.CompleteCancel() })
+        return
+      default:
+        // requires_action waits without an actor (issue 5); terminal runs need nothing.
+        return
+    }
+  }).pipe(
+    // Infrastructure failures are defects: the cell restarts the actor, which reads the run again.
+    Effect.catchTag("SqlError", Effect.die),
+    Effect.annotateLogs({ run_id: runId }), Effect.withSpan("RunActor.run", { attributes: { runId } }))
