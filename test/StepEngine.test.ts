@@ -168,6 +168,51 @@ describe("step engine over the wire", () => {
       }))
   }
 
+  const chatCompletion = (message: Record<string, unknown>, finish: string) =>
+    JSON.stringify({
+      id: "chatcmpl-42",
+      object: "chat.completion",
+      created: 1_700_000_000,
+      model: "llama3",
+      choices: [{ index: 0, message: { role: "assistant", ...message }, finish_reason: finish, logprobs: null }],
+      usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 }
+    })
+
+  it.scoped("openai_compatible (Chat Completions at settings.base_url): text, usage, history mapping, optional key", () =>
+    Effect.gen(function*() {
+      const server = yield* provider([
+        { status: 200, body: chatCompletion({ content: "Local hello" }, "stop") },
+        { status: 200, body: chatCompletion({ content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "x", arguments: "{oops" } }] }, "tool_calls") },
+        { status: 503, headers: { "x-request-id": "req_busy" }, body: errorBody("openai", "server_error", "busy") }
+      ])
+      const engine = yield* Effect.provide(StepEngine, engineAt({}))
+      const local = {
+        profile: { id: "mp_c", provider: "openai_compatible", model: "llama3", settings: { base_url: `${server.url}/v1/` } },
+        credential: Option.none<Redacted.Redacted<string>>(),
+        instructions: "Be brief.",
+        conversation: [
+          { type: "user_message" as const, text: "first" },
+          { type: "assistant_message" as const, text: "answer" },
+          { type: "user_message" as const, text: "second" }
+        ]
+      }
+      const result = yield* engine.step(local)
+      expect(result).toMatchObject({ _tag: "Final", text: "Local hello", usage: { input_tokens: 9, output_tokens: 2, model_calls: 1 } })
+      const req = server.requests[0]!
+      expect(req.path).toBe("/v1/chat/completions")
+      expect(req.headers.authorization).toBeUndefined()
+      expect(req.body.model).toBe("llama3")
+      expect(req.body.messages).toEqual([
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "first" },
+        { role: "assistant", content: "answer" },
+        { role: "user", content: "second" }
+      ])
+      // Unparseable tool-call arguments are an invalid response, not a crash.
+      expect(yield* Effect.flip(engine.step(local))).toMatchObject({ _tag: "ModelInvalidResponse" })
+      expect(yield* Effect.flip(engine.step(local))).toMatchObject({ _tag: "ModelUnavailable", provider_request_id: "req_busy" })
+    }))
+
   it.effect("a provider that cannot be reached is ModelUnavailable; a missing credential is ModelAuthFailed", () =>
     Effect.gen(function*() {
       const engine = yield* Effect.provide(StepEngine, engineAt({ OPENAI_BASE_URL: "http://127.0.0.1:1" }))

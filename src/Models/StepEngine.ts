@@ -5,7 +5,9 @@
  * owns no durability: the run actor persists each step and decides what happens to tool calls.
  *
  * Providers are @effect/ai `LanguageModel`s: `openai` (Responses API, @effect/ai-openai),
- * `anthropic` (Messages API, @effect/ai-anthropic) and `scripted` (src/Models/Scripted.ts). Their
+ * `anthropic` (Messages API, @effect/ai-anthropic), `openai_compatible` (Chat Completions at the
+ * profile's `settings.base_url`, src/Models/OpenAiCompatible.ts) and `scripted`
+ * (src/Models/Scripted.ts). Their
  * base URLs are operator config (OPENAI_BASE_URL, ANTHROPIC_BASE_URL). Provider failures become
  * typed errors that keep the provider's request id. Credentials stay `Redacted` until the client
  * layer and never appear in errors.
@@ -18,6 +20,7 @@ import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
 import { FetchHttpClient } from "@effect/platform"
 import { Config, Duration, Effect, Layer, Option, type Redacted, Schema } from "effect"
 import { ScriptedSettings } from "../Domain/Agents.js"
+import * as OpenAiCompatible from "./OpenAiCompatible.js"
 import * as Scripted from "./Scripted.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -190,8 +193,14 @@ export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
             AnthropicLanguageModel.make({ model, config: { max_tokens: Number(settings.max_tokens ?? 4096) } }).pipe(
               Effect.provide(AnthropicClient.layer({ apiKey, apiUrl: config.anthropicBaseUrl }).pipe(Layer.provide(FetchHttpClient.layer)))
             ))
+        case "openai_compatible":
+          return OpenAiCompatible.make({
+            baseUrl: String(settings.base_url ?? ""),
+            model,
+            apiKey: Option.getOrUndefined(input.credential)
+          })
         default:
-          return Effect.fail(new ModelUnavailable({ provider, message: `Provider ${provider} is not available in this version` }))
+          return Effect.fail(new ModelUnavailable({ provider, message: `Unknown provider ${provider}` }))
       }
     }
 
