@@ -213,6 +213,95 @@ describe("step engine over the wire", () => {
       expect(yield* Effect.flip(engine.step(local))).toMatchObject({ _tag: "ModelUnavailable", provider_request_id: "req_busy" })
     }))
 
+  const LOOKUP = {
+    name: "lookup_order",
+    description: "Find an order",
+    input_schema: {
+      type: "object",
+      properties: { order_id: { type: "string", pattern: "^o_" } },
+      required: ["order_id"],
+      additionalProperties: false
+    }
+  }
+  const withTool = (name: string, model: string, settings: Record<string, unknown> = {}) => ({
+    ...input(name, model),
+    profile: { id: "mp_t", provider: name, model, settings },
+    tools: [LOOKUP]
+  })
+
+  it.scoped("a tool call from each provider is returned unexecuted, with the customer's JSON Schema in the request", () =>
+    Effect.gen(function*() {
+      const openai = yield* provider([{
+        status: 200,
+        body: JSON.stringify({
+          ...JSON.parse(openAiResponse("")),
+          output: [{ type: "function_call", id: "fc_1", call_id: "call_oa", name: "lookup_order", arguments: "{\"order_id\":\"o_1\"}", status: "completed" }]
+        })
+      }])
+      const anthropic = yield* provider([{
+        status: 200,
+        body: JSON.stringify({
+          ...JSON.parse(anthropicResponse("")),
+          content: [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_1", name: "lookup_order", input: { order_id: "o_2" } }],
+          stop_reason: "tool_use"
+        })
+      }])
+      const compatible = yield* provider([{
+        status: 200,
+        body: chatCompletion({
+          content: null,
+          tool_calls: [{ id: "call_cc", type: "function", function: { name: "lookup_order", arguments: "{\"order_id\":\"o_3\"}" } }]
+        }, "tool_calls")
+      }])
+      const engine = yield* Effect.provide(StepEngine, engineAt({ OPENAI_BASE_URL: openai.url, ANTHROPIC_BASE_URL: anthropic.url }))
+      expect(yield* engine.step(withTool("openai", "gpt-4o-mini"))).toMatchObject({
+        _tag: "ToolCalls",
+        calls: [{ call_id: "call_oa", name: "lookup_order", input: { order_id: "o_1" } }]
+      })
+      expect(yield* engine.step(withTool("anthropic", "claude-sonnet-4-5"))).toMatchObject({
+        _tag: "ToolCalls",
+        text: "Let me look.",
+        calls: [{ call_id: "toolu_1", name: "lookup_order", input: { order_id: "o_2" } }]
+      })
+      expect(yield* engine.step(withTool("openai_compatible", "llama3", { base_url: compatible.url }))).toMatchObject({
+        _tag: "ToolCalls",
+        calls: [{ call_id: "call_cc", name: "lookup_order", input: { order_id: "o_3" } }]
+      })
+      // The customer's schema, as given, is what each provider was offered.
+      const schemaOf = (body: any) => JSON.stringify(body.tools[0])
+      expect(schemaOf(openai.requests[0]!.body)).toContain('"pattern":"^o_"')
+      expect(anthropic.requests[0]!.body.tools[0]).toMatchObject({ name: "lookup_order", input_schema: { required: ["order_id"] } })
+      expect(compatible.requests[0]!.body.tools[0]).toMatchObject({
+        type: "function",
+        function: { name: "lookup_order", description: "Find an order", parameters: { required: ["order_id"] } }
+      })
+      // A scripted tool_call step through the same toolkit.
+      const scripted = yield* engine.step(withTool("scripted", "scripted-1", {
+        steps: [{ type: "tool_call", tool: "lookup_order", input: { order_id: "o_4" } }]
+      }))
+      expect(scripted).toMatchObject({ _tag: "ToolCalls", calls: [{ name: "lookup_order", input: { order_id: "o_4" } }] })
+    }))
+
+  it.scoped("history with a tool call and its result is sent in each provider's format", () =>
+    Effect.gen(function*() {
+      const compatible = yield* provider([{ status: 200, body: chatCompletion({ content: "Shipped." }, "stop") }])
+      const engine = yield* Effect.provide(StepEngine, engineAt({}))
+      const result = yield* engine.step({
+        ...withTool("openai_compatible", "llama3", { base_url: compatible.url }),
+        conversation: [
+          { type: "user_message", text: "Where is o_1?" },
+          { type: "tool_call", call_id: "call_9", name: "lookup_order", input: { order_id: "o_1" } },
+          { type: "tool_result", call_id: "call_9", name: "lookup_order", output: { status: "shipped" }, is_error: false }
+        ]
+      })
+      expect(result).toMatchObject({ _tag: "Final", text: "Shipped." })
+      expect(compatible.requests[0]!.body.messages.slice(1)).toEqual([
+        { role: "user", content: "Where is o_1?" },
+        { role: "assistant", content: null, tool_calls: [{ id: "call_9", type: "function", function: { name: "lookup_order", arguments: "{\"order_id\":\"o_1\"}" } }] },
+        { role: "tool", tool_call_id: "call_9", content: "{\"status\":\"shipped\"}" }
+      ])
+    }))
+
   it.effect("a provider that cannot be reached is ModelUnavailable; a missing credential is ModelAuthFailed", () =>
     Effect.gen(function*() {
       const engine = yield* Effect.provide(StepEngine, engineAt({ OPENAI_BASE_URL: "http://127.0.0.1:1" }))

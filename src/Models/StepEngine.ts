@@ -15,6 +15,8 @@
 import * as AiError from "@effect/ai/AiError"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import * as Prompt from "@effect/ai/Prompt"
+import * as Tool from "@effect/ai/Tool"
+import * as Toolkit from "@effect/ai/Toolkit"
 import { AnthropicClient, AnthropicLanguageModel } from "@effect/ai-anthropic"
 import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
 import { FetchHttpClient } from "@effect/platform"
@@ -66,11 +68,38 @@ export type StepResult =
     readonly provider_request_id?: string
   }
 
+/** A tool the agent may call: its name, description and the JSON Schema of its input. */
+export interface ToolDefinition {
+  readonly name: string
+  readonly description?: string | undefined
+  readonly input_schema: Record<string, unknown>
+}
+
 export interface StepInput {
   readonly profile: { readonly id: string; readonly provider: string; readonly model: string; readonly settings: Record<string, unknown> }
   readonly credential: Option.Option<Redacted.Redacted<string>>
   readonly instructions: string
+  readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly conversation: ReadonlyArray<ConversationItem>
+}
+
+/**
+ * The tools as an @effect/ai toolkit. Parameters are decoded permissively (any JSON object; the
+ * customer's schema is enforced where the tool is executed), while the JSON Schema sent to the
+ * provider is the customer's own (`jsonSchema` annotation). Handlers are required by the library
+ * but never run: calls are returned unexecuted.
+ */
+const toolkitOf = (tools: ReadonlyArray<ToolDefinition>) => {
+  const defined = tools.map((t) =>
+    Tool.make(t.name, { description: t.description, success: Schema.Unknown }).setParameters(
+      Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({ jsonSchema: t.input_schema })
+    )
+  )
+  const toolkit = Toolkit.make(...(defined as Array<any>))
+  const handlers = toolkit.toLayer(
+    Object.fromEntries(tools.map((t) => [t.name, () => Effect.dieMessage("tool calls are returned to the run, not executed here")]))
+  )
+  return { toolkit, handlers }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -204,13 +233,20 @@ export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
       }
     }
 
-    /** One model call. Tools arrive with connections (issue 5): today no tools are offered. */
+    /** One model call; proposed tool calls are returned, never executed. */
     const step = (input: StepInput): Effect.Effect<StepResult, ModelError> =>
       Effect.gen(function*() {
         const provider = input.profile.provider
         const model = yield* modelOf(input)
         const prompt = toPrompt(input.instructions, input.conversation)
-        const response = yield* model.generateText({ prompt, disableToolCallResolution: true }).pipe(
+        const tools = input.tools ?? []
+        const generated: Effect.Effect<LanguageModel.GenerateTextResponse<any>, AiError.AiError> = tools.length === 0
+          ? model.generateText({ prompt, disableToolCallResolution: true })
+          : Effect.suspend(() => {
+            const { handlers, toolkit } = toolkitOf(tools)
+            return Effect.provide(model.generateText({ prompt, toolkit, disableToolCallResolution: true }) as any, handlers) as any
+          })
+        const response = yield* generated.pipe(
           Effect.mapError((e) => toModelError(provider, e)),
           // The scripted model's sleeps are deliberate (and bounded by the run's budgets).
           provider === "scripted" ? (x) => x : Effect.timeoutFail({
@@ -226,7 +262,6 @@ export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
         const metadata = response.content.find((p) => p.type === "response-metadata")
         const requestId = metadata && "id" in metadata && typeof metadata.id === "string" ? { provider_request_id: metadata.id } : {}
         const calls: Array<ProposedCall> = []
-        // Typed without tool calls (no toolkit is passed yet); a provider may still propose some.
         for (const part of response.content as unknown as ReadonlyArray<{ type: string; id: string; name: string; params: unknown }>) {
           if (part.type === "tool-call") calls.push({ call_id: part.id, name: part.name, input: part.params })
         }
