@@ -338,6 +338,33 @@ describe("runs (live clock)", () => {
       expect(empty.totals.runs).toBe(0)
       expectError(yield* request("GET", `${s.P}/usage?from=yesterday`, { key: s.key }), 400, "parameter_invalid")
     }).pipe(Effect.provide(makeTestApp())), 30_000)
+  it.live("deleting the environment purges its conversations, runs, events, usage records and agents", () =>
+    Effect.gen(function*() {
+      const s = yield* setup([{ type: "text", text: "to be forgotten" }])
+      const run = data(yield* s.startRun((yield* s.conversation()).id, "private words", { headers: { prefer: "wait=10" } }))
+      expect(run.status).toBe("succeeded")
+      const admin = yield* createKey(s.tenantId, ["environments:read", "environments:write"], "admin")
+      const del = yield* request("DELETE", s.P, { key: admin.secret })
+      expect(del.status, del.text).toBe(202)
+      const sql = yield* SqlClient.SqlClient
+      // Once purged, the environment's keys are revoked: the job is read from the database.
+      const state = Effect.map(Effect.orDie(sql<{ state: string }>`SELECT state FROM deletion_jobs WHERE id = ${del.body.data.id}`), (r) => r[0]?.state)
+      expect(yield* eventually(state, (st) => st === "succeeded")).toBe("succeeded")
+      const count = (table: string) =>
+        Effect.map(sql.unsafe<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE tenant_id = $1`, [s.tenantId]), (r) => Number(r[0]!.n))
+      for (const table of ["runs", "conversations", "usage_records", "agent_revisions", "agents", "model_profiles", "workspaces", "quickstarts"]) {
+        expect(yield* Effect.orDie(count(table)), table).toBe(0)
+      }
+      const [{ n }] = yield* Effect.orDie(sql<{ n: string }>`SELECT count(*) AS n FROM run_events WHERE run_id = ${run.id}`)
+      expect(Number(n)).toBe(0)
+      // Outside a purge, events and revisions stay immutable.
+      const other = yield* setup([{ type: "text", text: "kept" }])
+      const kept = data(yield* other.startRun((yield* other.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
+      const refused = yield* Effect.either(sql`DELETE FROM run_events WHERE run_id = ${kept.id}`)
+      expect(refused._tag).toBe("Left")
+      const refusedRevision = yield* Effect.either(sql`DELETE FROM agent_revisions WHERE id = ${other.rev.id}`)
+      expect(refusedRevision._tag).toBe("Left")
+    }).pipe(Effect.provide(makeTestApp({ purgeDelaySeconds: 1, sweepIntervalSeconds: 1 }))), 30_000)
 }, { timeout: 60_000 })
 
 describe("runs: time budgets (TestClock)", () => {

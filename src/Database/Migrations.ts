@@ -9,6 +9,7 @@ import platform from "./migrations/0001_platform.js"
 import agents from "./migrations/0002_agents.js"
 import quickstart from "./migrations/0003_quickstart.js"
 import runs from "./migrations/0004_runs.js"
+import purge from "./migrations/0005_purge.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
@@ -16,7 +17,8 @@ export const loader = Migrator.fromRecord({
   "0001_platform": platform,
   "0002_agents": agents,
   "0003_quickstart": quickstart,
-  "0004_runs": runs
+  "0004_runs": runs,
+  "0005_purge": purge
 })
 
 const migrate = Migrator.make({})

@@ -32,6 +32,20 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
         sql`UPDATE users SET external_id = NULL, display_name = NULL, email = NULL, status = 'deleted',
                              deleted_at = COALESCE(deleted_at, ${at}), updated_at = ${at}
             WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        // Runs and agents: everything the customer's users said and the agents answered.
+        sql`SELECT set_config('agent_platform.purging', 'on', true)`,
+        sql`DELETE FROM usage_records WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM conversation_items WHERE conversation_id IN (
+              SELECT id FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
+        sql`DELETE FROM run_events WHERE run_id IN (
+              SELECT id FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
+        sql`DELETE FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM quickstarts WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM agent_revisions WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM agents WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM model_profiles WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM workspaces WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM service_actors WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM idempotency_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`UPDATE environments SET state = 'deleted', updated_at = ${at} WHERE tenant_id = ${tenantId} AND name = ${environment}`
