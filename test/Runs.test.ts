@@ -276,21 +276,21 @@ describe("runs (live clock)", () => {
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
     }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, pingSeconds: 1, streamAuthCheckSeconds: 1 } }))), 30_000)
 
-  it.live("stream limits: 16 per actor by default; one more is 429 stream_limit_reached", () =>
+  it.live("stream limits per actor and per cell (16 and 128 by default); one more is 429 stream_limit_reached", () =>
     Effect.gen(function*() {
       const app = yield* TestApp
       const s = yield* setup([{ type: "sleep", seconds: 60 }, { type: "text", text: "never" }])
       const run = data(yield* s.startRun((yield* s.conversation()).id), 202)
       const url = `${app.baseUrl}${s.P}/runs/${run.id}/events/stream`
       const controllers: Array<AbortController> = []
-      const open = () =>
+      const open = (key = s.key) =>
         Effect.promise(async () => {
           const c = new AbortController()
           controllers.push(c)
-          const res = await fetch(url, { headers: { authorization: `Bearer ${s.key}` }, signal: c.signal })
+          const res = await fetch(url, { headers: { authorization: `Bearer ${key}` }, signal: c.signal })
           return { status: res.status, body: res.status === 200 ? "" : await res.text() }
         })
-      const first = yield* Effect.forEach(Array.from({ length: 2 }), open, { concurrency: "unbounded" })
+      const first = yield* Effect.forEach(Array.from({ length: 2 }), () => open(), { concurrency: "unbounded" })
       expect(first.map((r) => r.status)).toEqual([200, 200])
       const third = yield* open()
       expect(third.status).toBe(429)
@@ -299,9 +299,15 @@ describe("runs (live clock)", () => {
       controllers[0]!.abort()
       const again = yield* eventually(open(), (r) => r.status === 200, 40)
       expect(again.status).toBe(200)
+      // The cell's limit (3 here) counts every caller: a second key gets one more, then 429.
+      const other = (yield* createKey(s.tenantId, RUNNER_SCOPES, "other")).secret
+      expect((yield* open(other)).status).toBe(200)
+      const overCell = yield* open(other)
+      expect(overCell.status).toBe(429)
+      expect(JSON.parse(overCell.body).error.message).toContain("per environment")
       for (const c of controllers) c.abort()
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
-    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, streamsPerActor: 2 } }))), 30_000)
+    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, streamsPerActor: 2, streamsPerCell: 3 } }))), 30_000)
 
   it.live("revocation before dispatch: a queued run of a revoked key ends failed (authorization_revoked)", () =>
     Effect.gen(function*() {
@@ -338,6 +344,36 @@ describe("runs (live clock)", () => {
       expect(empty.totals.runs).toBe(0)
       expectError(yield* request("GET", `${s.P}/usage?from=yesterday`, { key: s.key }), 400, "parameter_invalid")
     }).pipe(Effect.provide(makeTestApp())), 30_000)
+  it.live("a defect in one run's actor restarts that actor from the database; the cell and other runs go on", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const s = yield* setup([{ type: "text", text: "fine" }])
+      const flaky = yield* s.conversation()
+      // The database refuses every event of runs in the flaky conversation until the switch is cleared.
+      yield* Effect.orDie(sql.unsafe(`CREATE TABLE flaky_conversations (id text PRIMARY KEY)`))
+      yield* Effect.orDie(sql`INSERT INTO flaky_conversations VALUES (${flaky.id})`)
+      yield* Effect.orDie(sql.unsafe(`
+        CREATE FUNCTION flaky_events() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.type <> 'run.queued' AND EXISTS (
+            SELECT 1 FROM runs r JOIN flaky_conversations f ON f.id = r.conversation_id WHERE r.id = NEW.run_id) THEN
+            RAISE EXCEPTION 'injected failure';
+          END IF;
+          RETURN NEW;
+        END $$`))
+      yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER flaky_events BEFORE INSERT ON run_events FOR EACH ROW EXECUTE FUNCTION flaky_events()`))
+      const stuck = data(yield* s.startRun(flaky.id), 202)
+      yield* Effect.sleep("1500 millis") // several failed attempts, with backoff
+      expect((yield* s.getRun(stuck.id)).status).toBe("queued")
+      // Same cell, another conversation: unaffected.
+      const other = data(yield* s.startRun((yield* s.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
+      expect(other.status).toBe("succeeded")
+      yield* Effect.orDie(sql`DELETE FROM flaky_conversations`)
+      const recovered = yield* eventually(s.getRun(stuck.id), (r) => isTerminal(r.status), 200)
+      expect(recovered.status).toBe("succeeded")
+      expect((yield* s.events(stuck.id)).items.map((e) => e.sequence)).toEqual([1, 2, 3, 4])
+    }).pipe(Effect.provide(makeTestApp())), 30_000)
+
   it.live("deleting the environment purges its conversations, runs, events, usage records and agents", () =>
     Effect.gen(function*() {
       const s = yield* setup([{ type: "text", text: "to be forgotten" }])
