@@ -187,6 +187,41 @@ describe("runs (live clock)", () => {
       expect(done.usage.model_calls).toBe(0)
     }).pipe(Effect.provide(makeTestApp())), 30_000)
 
+  it.live("a client disconnect never cancels: a Prefer: wait request and a stream aborted mid-run", () =>
+    Effect.gen(function*() {
+      const app = yield* TestApp
+      const s = yield* setup([{ type: "sleep", seconds: 1.5 }, { type: "text", text: "still done" }])
+      const conv = yield* s.conversation()
+      const aborted = yield* Effect.promise(async () => {
+        const c = new AbortController()
+        setTimeout(() => c.abort(), 300)
+        return fetch(`${app.baseUrl}${s.P}/conversations/${conv.id}/runs`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${s.key}`, "content-type": "application/json", "idempotency-key": "disconnect-1", prefer: "wait=10" },
+          body: JSON.stringify({ input: [{ type: "text", text: "x" }] }),
+          signal: c.signal
+        }).then(() => "answered", () => "aborted")
+      })
+      expect(aborted).toBe("aborted")
+      // The run was admitted before the wait; the same idempotency key finds it.
+      const replay = yield* request("POST", `${s.P}/conversations/${conv.id}/runs`, {
+        key: s.key,
+        body: { input: [{ type: "text", text: "x" }] },
+        idempotencyKey: "disconnect-1"
+      })
+      const run = replay.status === 409 ? undefined : replay.body.data
+      const runId: string = run?.id ?? (yield* Effect.orDie((yield* SqlClient.SqlClient)<{ id: string }>`SELECT id FROM runs WHERE conversation_id = ${conv.id}`))[0]!.id
+      const stream = yield* Effect.promise(async () => {
+        const c = new AbortController()
+        const res = await fetch(`${app.baseUrl}${s.P}/runs/${runId}/events/stream`, { headers: { authorization: `Bearer ${s.key}` }, signal: c.signal })
+        c.abort()
+        return res.status
+      })
+      expect(stream).toBe(200)
+      const done = yield* eventually(s.getRun(runId), (r) => isTerminal(r.status))
+      expect(done).toMatchObject({ status: "succeeded", output: [{ type: "text", text: "still done" }] })
+    }).pipe(Effect.provide(makeTestApp())), 30_000)
+
   it.live("a model failure ends the run failed with the reason; no HTTP error", () =>
     Effect.gen(function*() {
       const s = yield* setup([{ type: "fail", message: "scripted failure" }])
