@@ -8,7 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { Effect, TestClock } from "effect"
 import { makeTestApp, TestApp } from "./support/App.js"
-import { createKey, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { advanceUntil, eventually, settle } from "./support/Waiting.js"
 import { defaultRunSettings } from "../src/Settings.js"
 
@@ -60,6 +60,9 @@ const setup = (steps: ReadonlyArray<Step>) =>
       })
     return { ...sb, key, ws, mp, agent, rev, conversation, startRun, getRun, events }
   })
+
+/** Another first (scope-less, quickstart) key of the tenant's sandbox. */
+const provisionSandboxKey = (tenantId: string) => createKey(tenantId, undefined, "first")
 
 const isTerminal = (s: string) => ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"].includes(s)
 
@@ -220,6 +223,38 @@ describe("runs (live clock)", () => {
       expect(stream).toBe(200)
       const done = yield* eventually(s.getRun(runId), (r) => isTerminal(r.status))
       expect(done).toMatchObject({ status: "succeeded", output: [{ type: "text", text: "still done" }] })
+    }).pipe(Effect.provide(makeTestApp())), 30_000)
+
+  it.live("the first (quickstart) key acts only in its quickstart workspace: runs there, 403 elsewhere, others' runs 404", () =>
+    Effect.gen(function*() {
+      const s = yield* setup([{ type: "text", text: "managed" }])
+      const quick = yield* operator("GET", `/tenants/${s.tenantId}/environments/sandbox/quickstart`)
+      expect(quick.status, quick.text).toBe(200)
+      const conv = data(yield* request("POST", `${s.P}/conversations`, {
+        key: s.key,
+        body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
+      }), 201)
+      // s.key here is the manager; the sandbox's first key is the quickstart key.
+      const first = (yield* provisionSandboxKey(s.tenantId)).secret
+      const mine = data(yield* request("POST", `${s.P}/conversations`, {
+        key: first,
+        body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
+      }), 201)
+      const run = data(yield* s.startRun(mine.id, "hello", { key: first, headers: { prefer: "wait=10" } }))
+      expect(run.status).toBe("succeeded")
+      expect(run.output[0].text).toContain("hello")
+      expectError(
+        yield* request("POST", `${s.P}/conversations`, { key: first, body: { workspace_id: s.ws.id, agent_revision_id: s.rev.id } }),
+        403,
+        "workspace_not_allowed"
+      )
+      const managed = data(yield* s.startRun((yield* s.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
+      expectError(yield* request("GET", `${s.P}/runs/${managed.id}`, { key: first }), 404, "resource_missing")
+      // The manager sees both; the first key's usage counts its own workspace only.
+      expect((yield* s.getRun(run.id)).id).toBe(run.id)
+      expect(conv.workspace_id).toBe(quick.body.workspace_id)
+      const usage = data(yield* request("GET", `${s.P}/usage`, { key: first }))
+      expect(usage.totals.runs).toBe(1)
     }).pipe(Effect.provide(makeTestApp())), 30_000)
 
   it.live("a model failure ends the run failed with the reason; no HTTP error", () =>
