@@ -11,7 +11,7 @@ import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Domain/Er
 import { makeId, toIso } from "./Domain/Ids.js"
 import type { Principal } from "./Domain/Principal.js"
 import { setResponseHeader } from "./Domain/RequestContext.js"
-import type { CreateRun, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
+import type { CreateRun, Run, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { EventBus } from "./Runs/EventBus.js"
@@ -128,6 +128,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const conversation = yield* getConversation(p, conversationId)
         const at = yield* now
         const id = yield* makeId("run")
+        const startDeadline = new Date(at.getTime() + settings.runs.startDeadlineSeconds * 1000)
+        const authorizationExpires = new Date(at.getTime() + settings.runs.authorizationSeconds * 1000)
         const admitted = yield* repo.admit({
           id,
           tenant_id: p.tenantId,
@@ -138,11 +140,11 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           key_id: p.keyId,
           input: body.input,
           created_at: at,
-          start_deadline_at: new Date(at.getTime() + settings.runs.startDeadlineSeconds * 1000),
-          authorization_expires_at: new Date(at.getTime() + settings.runs.authorizationSeconds * 1000),
+          start_deadline_at: startDeadline,
+          authorization_expires_at: authorizationExpires,
           item: { type: "user_message", text: body.input.map((c) => c.text).join("\n") }
         })
-        if (!admitted) {
+        if (Option.isNone(admitted)) {
           return yield* new Conflict({
             code: "conversation_busy",
             message: "This conversation already has a run that is not finished; wait for it or cancel it",
@@ -156,9 +158,29 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
           const waited = yield* awaitTerminal(id, wait)
           if (waited && isTerminal(waited.status)) return { terminal: true as const, run: Repo.toRun(waited) }
+          if (waited) return { terminal: false as const, run: Repo.toRun(waited) }
         }
-        const row = yield* repo.run(id)
-        return { terminal: false as const, run: Repo.toRun(Option.getOrThrow(row)) }
+        // The run as admitted (its actor may already have moved it on; GET shows the latest).
+        const run: Run = {
+          id,
+          object: "run",
+          conversation_id: conversation.id,
+          agent_revision_id: conversation.agent_revision_id,
+          status: "queued",
+          status_reason: null,
+          input: body.input,
+          output: null,
+          required_action: null,
+          usage: { input_tokens: 0, output_tokens: 0, model_calls: 0, tool_calls: 0 },
+          created_at: toIso(at),
+          started_at: null,
+          completed_at: null,
+          start_deadline_at: toIso(startDeadline),
+          execution_deadline_at: null,
+          authorization_expires_at: toIso(authorizationExpires),
+          last_event_id: admitted.value
+        }
+        return { terminal: false as const, run }
       })
 
     const getRun = (p: Principal, runId: string) => Effect.map(runRow(p, runId), Repo.toRun)

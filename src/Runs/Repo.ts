@@ -181,7 +181,8 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
 
     /**
      * Admission: the run, its `run.queued` event and the user's input as a conversation item, in
-     * one transaction. `false` when the conversation already has a non-terminal run.
+     * one transaction. The id of the `run.queued` event, or none when the conversation already has
+     * a non-terminal run.
      */
     const admit = (
       row:
@@ -200,21 +201,32 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
         >
         & { input: ReadonlyArray<TextContent>; item: unknown }
     ) =>
-      sql.withTransaction(Effect.gen(function*() {
-        const inserted = yield* sql<{ id: string }>`
-          INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id,
-                            status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
-          VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                  ${row.agent_revision_id}, ${row.key_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
-                  ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
-          ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
-          DO NOTHING
-          RETURNING id`
-        if (inserted.length === 0) return false
-        yield* insertEvent(row.id, 1, "run.queued", { status: "queued" }, row.created_at)
-        yield* appendItems(row.conversation_id, row.id, [row.item], row.created_at)
-        return true
-      }))
+      // One statement (so one round trip, atomic): the run, its first event and the input item.
+      Effect.gen(function*() {
+        const eventId = yield* makeId("evt")
+        const [result] = yield* sql<{ admitted: string }>`
+          WITH run AS (
+            INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id,
+                              status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
+            VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
+                    ${row.agent_revision_id}, ${row.key_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+                    ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
+            ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
+            DO NOTHING
+            RETURNING id
+          ), event AS (
+            INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
+            SELECT id, 1, ${eventId}, 'run.queued', ${JSON.stringify({ status: "queued" })}::jsonb, ${row.created_at} FROM run
+          ), item AS (
+            INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
+            SELECT ${row.conversation_id},
+                   COALESCE((SELECT MAX(position) FROM conversation_items WHERE conversation_id = ${row.conversation_id}), 0) + 1,
+                   id, ${JSON.stringify(row.item)}::jsonb, ${row.created_at}
+            FROM run
+          )
+          SELECT count(*) AS admitted FROM run`
+        return Number(result?.admitted ?? 0) === 1 ? Option.some(eventId) : Option.none()
+      })
 
     const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
       Effect.gen(function*() {

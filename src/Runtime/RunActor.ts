@@ -75,7 +75,8 @@ export const run = (runId: string, options: ActorOptions) =>
     const revoked = (row: RunRow) => Effect.map(repo.keyActive(row.key_id), (ok) => !ok)
 
     // ---- the model calls and what they commit --------------------------------------------------
-    const drive = (row: RunRow) =>
+    /** `checked`: the key was just checked (before the start), which covers the first dispatch. */
+    const drive = (row: RunRow, checked: boolean) =>
       Effect.gen(function*() {
         const context = yield* repo.agentContext(runId)
         if (Option.isNone(context) || row.input === null) {
@@ -85,7 +86,7 @@ export const run = (runId: string, options: ActorOptions) =>
         const agent = context.value
         const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
         for (let i = 0; i < budgets.maxSteps; i++) {
-          if (yield* revoked(row)) {
+          if (!(checked && i === 0) && (yield* revoked(row))) {
             yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
             return
           }
@@ -194,17 +195,17 @@ export const run = (runId: string, options: ActorOptions) =>
           })
           if (!started) return
           const running = yield* load
-          if (running) yield* phaseRunning(running)
+          if (running) yield* phaseRunning(running, true)
         }).pipe(Effect.ensuring(options.slots.release(1)))
       })
 
-    const phaseRunning = (row: RunRow) =>
+    const phaseRunning = (row: RunRow, checked = false) =>
       Effect.gen(function*() {
         const [deadline, budget] = earliest(
           [row.execution_deadline_at, "execution_deadline_exceeded"],
           [row.authorization_expires_at, "authorization_expired"]
         )
-        const outcome = yield* within(deadline, budget, drive(row))
+        const outcome = yield* within(deadline, budget, drive(row, checked))
         if (outcome !== "done") yield* expire(outcome)
       })
 
