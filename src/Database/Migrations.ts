@@ -10,6 +10,7 @@ import agents from "./migrations/0002_agents.js"
 import quickstart from "./migrations/0003_quickstart.js"
 import runs from "./migrations/0004_runs.js"
 import purge from "./migrations/0005_purge.js"
+import eventPayloads from "./migrations/0006_event_payloads.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
@@ -18,7 +19,8 @@ export const loader = Migrator.fromRecord({
   "0002_agents": agents,
   "0003_quickstart": quickstart,
   "0004_runs": runs,
-  "0005_purge": purge
+  "0005_purge": purge,
+  "0006_event_payloads": eventPayloads
 })
 
 const migrate = Migrator.make({})

@@ -3,8 +3,9 @@
  *
  * Every insert into `run_events` notifies channel `run_events` (a trigger; Postgres delivers it at
  * commit), so nothing is announced before it is durable, whichever process or node committed it.
- * One LISTEN connection per process; each notification is read once from the database (only if
- * someone here follows that run) and offered to each subscriber's bounded queue. Subscribers never
+ * One LISTEN connection per process; a notification carries the event when it fits in a NOTIFY
+ * payload (else the event is read once from the database, only if someone here follows that
+ * run), and is offered to each subscriber's bounded queue. Subscribers never
  * rely on the bus alone: they read from the database after subscribing, and on any sequence gap
  * (a full queue dropped something, or the LISTEN connection was replaced) they read the missing
  * events from the database again.
@@ -21,7 +22,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
 
     const deliver = (payload: string) =>
       Effect.gen(function*() {
-        let note: { run_id?: unknown; sequence?: unknown }
+        let note: { run_id?: unknown; sequence?: unknown; event?: any }
         try {
           note = JSON.parse(payload)
         } catch {
@@ -30,9 +31,18 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
         if (typeof note.run_id !== "string" || typeof note.sequence !== "number") return
         const queues = subscribers.get(note.run_id)
         if (!queues || queues.size === 0) return
-        const rows = yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)
-        const row = rows[0]
-        if (!row || row.sequence !== note.sequence) return
+        // The event travels in the notification when it fits (migration 0006); else it is read.
+        const row: EventRow | undefined = note.event
+          ? {
+            id: note.event.id,
+            run_id: note.run_id,
+            sequence: note.sequence,
+            type: note.event.type,
+            data: note.event.data,
+            created_at: new Date(note.event.created_at)
+          }
+          : (yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)).find((r) => r.sequence === note.sequence)
+        if (!row) return
         for (const q of queues) yield* Queue.offer(q, row)
       }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("run event fan-out failed", cause)))
 
