@@ -15,32 +15,11 @@ import { canonicalJson } from "../src/Platform/Idempotency.js"
 import { Secrets, secretsKeyFile } from "../src/Secrets.js"
 import { Settings } from "../src/Settings.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { expectError, expectList, expectSingle } from "./support/Envelopes.js"
+import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
 
 const AGENT_SCOPES = ["agents:read", "agents:write"]
 const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/
-
-const expectError = (res: Reply, status: number, type: string, code?: string, param?: string) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["error", "request_id"])
-  expect(res.body.error.type, res.text).toBe(type)
-  if (code !== undefined) expect(res.body.error.code, res.text).toBe(code)
-  if (param !== undefined) expect(res.body.error.param, res.text).toBe(param)
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-}
-
-const expectSingle = (res: Reply, status = 200) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["data", "request_id"])
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-  return res.body.data
-}
-
-const expectList = (res: Reply) => {
-  expect(res.status, res.text).toBe(200)
-  expect(Object.keys(res.body).sort()).toEqual(["items", "next_cursor", "request_id"])
-  return res.body as { items: Array<any>; next_cursor: string | null }
-}
 
 /**
  * A sandbox with its quickstart key, a console key with the agents scopes, and the ids of the

@@ -13,21 +13,8 @@ import { QUICKSTART_GREETING } from "../src/Operator/Quickstart.js"
 import { Deletions } from "../src/Platform/Deletions.js"
 import { Settings } from "../src/Settings.js"
 import { makeTestApp } from "./support/App.js"
+import { expectError, expectSingle } from "./support/Envelopes.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
-
-const expectError = (res: Reply, status: number, type: string, code?: string) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["error", "request_id"])
-  expect(res.body.error.type, res.text).toBe(type)
-  if (code !== undefined) expect(res.body.error.code, res.text).toBe(code)
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-}
-
-const expectSingle = (res: Reply, status = 200) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["data", "request_id"])
-  return res.body.data
-}
 
 interface Ids {
   readonly service_actor_id: string

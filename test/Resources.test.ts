@@ -9,35 +9,11 @@ import { Duration, Effect, TestClock } from "effect"
 import { randomBytes } from "node:crypto"
 import * as KeySecrets from "../src/Platform/KeySecrets.js"
 import { makeTestApp } from "./support/App.js"
-import { ALL_MANAGEMENT_SCOPES, createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { expectError, expectList, expectSingle } from "./support/Envelopes.js"
+import { ALL_MANAGEMENT_SCOPES, createKey, operator, provisionSandbox, request } from "./support/Client.js"
 import { eventually, settle } from "./support/Waiting.js"
 
 const MGMT = [...ALL_MANAGEMENT_SCOPES]
-
-/** A failure in the D3 shape: status, type, code, and nothing but `error` and `request_id`. */
-const expectError = (res: Reply, status: number, type: string, code?: string) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["error", "request_id"])
-  expect(res.body.error.type).toBe(type)
-  if (code !== undefined) expect(res.body.error.code).toBe(code)
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-}
-
-/** A single-resource envelope: `{data, request_id}` and nothing else. */
-const expectSingle = (res: Reply, status = 200) => {
-  expect(res.status, res.text).toBe(status)
-  expect(Object.keys(res.body).sort()).toEqual(["data", "request_id"])
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-  return res.body.data
-}
-
-/** A list envelope: `{items, next_cursor, request_id}` and nothing else. */
-const expectList = (res: Reply) => {
-  expect(res.status, res.text).toBe(200)
-  expect(Object.keys(res.body).sort()).toEqual(["items", "next_cursor", "request_id"])
-  expect(res.body.request_id).toBe(res.headers.get("x-request-id"))
-  return res.body as { items: Array<any>; next_cursor: string | null }
-}
 
 /**
  * For suites that move TestClock by months: TestClock wakes every periodic sweep in turn, and each
