@@ -1,9 +1,14 @@
 /**
- * Crash recovery (issue 4 item 8): the service runs as a child process and is killed with SIGKILL
- * at three points (right after admissions; while runs are inside their model call; at a moment
- * when runs are queued, running and finished). After each restart on the same database, every
- * admitted run is still there and ends, running runs continue from their last committed step, a
- * run whose admitted content went missing ends `interrupted`, and no event is lost or duplicated.
+ * Crash recovery (issue 4 item 8): the service runs as a child process (`node --import tsx
+ * src/main.ts` on DATABASE_URL) and is killed with SIGKILL, process group and all, at three points:
+ *   1. right after six admissions (the last 202);
+ *   2. while runs are inside their model call (the scripted 1.5 s sleep);
+ *   3. at a moment when runs are queued, running and finished.
+ * While it is down after point 2, one unfinished run loses its admitted content (`input = NULL`).
+ * After each restart on the same database the cell is restored (a new `cell_generation`), every
+ * admitted run is still there and ends: queued runs start, a run that was executing continues from
+ * its last committed step (no second `run.started`, its earlier events untouched), the run without
+ * its content ends `interrupted` (`admitted_content_missing`), and no event is lost or duplicated.
  */
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
@@ -11,176 +16,301 @@ import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { freshDatabase, OPERATOR_TOKEN } from "./support/App.js"
-import { type ChildServer, startChild } from "./support/Server.js"
+import { type ChildServer, killAllChildren, startChild } from "./support/Server.js"
 
-const running = new Set<ChildServer>()
-afterEach(async () => {
-  for (const s of running) await s.kill9()
-  running.clear()
-})
+afterEach(killAllChildren)
 
-const call = async (base: string, method: string, path: string, token: string, body?: unknown) => {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${token}`,
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...(method !== "GET" && path.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {})
-    },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+const SCOPES = ["agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write"]
+const TERMINAL = ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"]
+const SUCCEEDED_EVENTS = ["run.queued", "run.started", "run.message", "run.succeeded"]
+const sleep = (ms: number) => Effect.promise(() => new Promise<void>((r) => setTimeout(r, ms)))
+
+const call = (base: string, method: string, path: string, token: string, body?: unknown) =>
+  Effect.promise(async () => {
+    const res = await fetch(`${base}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(method !== "GET" && path.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {})
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+    })
+    const text = await res.text()
+    let json: any = undefined
+    try {
+      json = text === "" ? undefined : JSON.parse(text)
+    } catch {
+      // not JSON
+    }
+    return { status: res.status, json, text }
   })
-  const json: any = await res.json().catch(() => undefined)
-  return { status: res.status, json }
+
+const expectStatus = (res: { status: number; text: string }, status: number, what: string) => {
+  if (res.status !== status) throw new Error(`${what}: expected ${status}, got ${res.status}: ${res.text}`)
 }
 
-const TERMINAL = ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"]
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+interface EventRow {
+  run_id: string
+  sequence: number
+  id: string
+  type: string
+  data: any
+  created_at: Date
+}
+
+/** What the database held right after a kill: each run's status and events. */
+interface Snapshot {
+  readonly point: number
+  readonly killedAt: number
+  /** The cell generation of the process that was killed. */
+  readonly generation: number
+  readonly status: Map<string, string>
+  readonly events: Map<string, Array<EventRow>>
+}
 
 describe("crash recovery", () => {
-  it.scoped("kill -9 at three points: nothing admitted is lost, nothing is duplicated, every run ends", () =>
-    Effect.gen(function*() {
+  it.live("kill -9 at three points: nothing admitted is lost, nothing is duplicated, every run ends", () =>
+    Effect.scoped(Effect.gen(function*() {
       const db = yield* freshDatabase
-      const sql = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(db.url) }).pipe(Layer.orDie)), SqlClient.SqlClient)
-      const env = { OPERATOR_TOKEN, CELL_MAX_ACTIVE_RUNS: "2" }
-      const start = () =>
-        Effect.promise(async () => {
-          const s = await startChild(db.url, env)
-          running.add(s)
-          return s
-        })
-      const kill = (s: ChildServer) =>
-        Effect.promise(async () => {
-          await s.kill9()
-          running.delete(s)
-        })
+      // Children die before the database is dropped (finalizers run in reverse order).
+      yield* Effect.addFinalizer(() => Effect.promise(killAllChildren))
+      const sql = Context.get(
+        yield* Layer.build(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 3 }).pipe(Layer.orDie)),
+        SqlClient.SqlClient
+      )
+      const q = <A extends object>(query: Effect.Effect<ReadonlyArray<A>, unknown>) => Effect.orDie(query)
 
-      let server = yield* start()
-      const setup = yield* Effect.promise(async () => {
-        const base = server.baseUrl
-        const pilot = await call(base, "POST", "/operator/v1/pilot-applications", OPERATOR_TOKEN, {
-          organization_name: "Crash Co",
-          contact_email: "ops@crash.test"
-        })
-        const approved = await call(base, "POST", `/operator/v1/pilot-applications/${pilot.json.id}/approve`, OPERATOR_TOKEN)
-        const tenantId: string = approved.json.tenant_id
-        const key = await call(base, "POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, OPERATOR_TOKEN, {
-          name: "crash",
-          scopes: ["agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write"]
-        })
-        const P = `/v1/tenants/${tenantId}/environments/sandbox`
-        const secret: string = key.json.secret
-        const ws = await call(base, "POST", `${P}/workspaces`, secret, { name: "w" })
-        const mp = await call(base, "POST", `${P}/model-profiles`, secret, {
-          name: "s",
-          provider: "scripted",
-          model: "scripted-1",
-          settings: { steps: [{ type: "sleep", seconds: 1.5 }, { type: "text", text: "done {{input}}" }] }
-        })
-        const agent = await call(base, "POST", `${P}/agents`, secret, { workspace_id: ws.json.data.id, name: "a" })
-        const rev = await call(base, "POST", `${P}/agents/${agent.json.data.id}/revisions`, secret, {
-          model_profile_id: mp.json.data.id,
-          instructions: "",
-          tool_ids: []
-        })
-        return { tenantId, P, secret, workspaceId: ws.json.data.id as string, revisionId: rev.json.data.id as string }
+      const start = () => Effect.promise(() => startChild(db.url, { OPERATOR_TOKEN, CELL_MAX_ACTIVE_RUNS: "2" }))
+
+      // ---- server A: the customer's setup over HTTP ---------------------------------------------
+      let server: ChildServer = yield* start()
+      const base = () => server.baseUrl
+      const pilot = yield* call(base(), "POST", "/operator/v1/pilot-applications", OPERATOR_TOKEN, {
+        organization_name: "Crash Co",
+        contact_email: "ops@crash.test"
       })
-      const admitted: Array<string> = []
-      /** Admits `n` runs, each in a new conversation; returns their ids (202 received). */
-      const admit = (n: number, label: string) =>
-        Effect.promise(async () => {
-          const ids: Array<string> = []
-          for (let i = 0; i < n; i++) {
-            const conv = await call(server.baseUrl, "POST", `${setup.P}/conversations`, setup.secret, {
-              workspace_id: setup.workspaceId,
-              agent_revision_id: setup.revisionId
-            })
-            const run = await call(server.baseUrl, "POST", `${setup.P}/conversations/${conv.json.data.id}/runs`, setup.secret, {
-              input: [{ type: "text", text: `${label}-${i}` }]
-            })
-            expect(run.status).toBe(202)
-            ids.push(run.json.data.id)
-          }
-          admitted.push(...ids)
-          return ids
+      expectStatus(pilot, 201, "pilot application")
+      const approved = yield* call(base(), "POST", `/operator/v1/pilot-applications/${pilot.json.id}/approve`, OPERATOR_TOKEN)
+      expectStatus(approved, 200, "approve")
+      const tenantId: string = approved.json.tenant_id
+      const key = yield* call(base(), "POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, OPERATOR_TOKEN, {
+        name: "crash",
+        scopes: SCOPES
+      })
+      expectStatus(key, 201, "api key")
+      const P = `/v1/tenants/${tenantId}/environments/sandbox`
+      const secret: string = key.json.secret
+      const post = (path: string, body: unknown, what: string, status = 201) =>
+        Effect.map(call(base(), "POST", `${P}${path}`, secret, body), (r) => {
+          expectStatus(r, status, what)
+          return r.json.data
         })
-      // Polled from the database (polling over HTTP would spend the cell's rate limit).
-      const statusOf = (id: string) =>
-        Effect.map(Effect.orDie(sql<{ status: string }>`SELECT status FROM runs WHERE id = ${id}`), (r) => r[0]?.status ?? "missing")
+      const ws = yield* post("/workspaces", { name: "w" }, "workspace")
+      const mp = yield* post("/model-profiles", {
+        name: "s",
+        provider: "scripted",
+        model: "scripted-1",
+        settings: { steps: [{ type: "sleep", seconds: 1.5 }, { type: "text", text: "done {{input}}" }] }
+      }, "model profile")
+      const agent = yield* post("/agents", { workspace_id: ws.id, name: "a" }, "agent")
+      const rev = yield* post(`/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "", tool_ids: [] }, "revision")
+
       const generation = Effect.map(
-        Effect.orDie(sql<{ g: number }>`SELECT cell_generation AS g FROM environments WHERE tenant_id = ${setup.tenantId}`),
+        q(sql<{ g: number }>`SELECT cell_generation AS g FROM environments WHERE tenant_id = ${tenantId} AND name = 'sandbox'`),
         (rows) => rows[0]!.g
       )
+      /** The generation of each process's cell, A first. */
+      const generations: Array<number> = [yield* generation]
+      expect(generations[0]).toBeGreaterThan(0)
+      /** After a restart: recovery restores the cell (in the background), so its generation goes up. */
+      const restoredGeneration = Effect.gen(function*() {
+        const previous = generations.at(-1)!
+        let g = yield* generation
+        for (let i = 0; i < 150 && g <= previous; i++) {
+          yield* sleep(100)
+          g = yield* generation
+        }
+        expect(g, `cell_generation after restart ${generations.length}`).toBeGreaterThan(previous)
+        generations.push(g)
+      })
 
-      // Kill point 1: right after six admissions (queued, at most two started).
+      const admitted: Array<string> = []
+      /** Admits `n` runs, each in a new conversation; returns their ids (each got a 202). */
+      const admit = (n: number, label: string) =>
+        Effect.gen(function*() {
+          const ids: Array<string> = []
+          for (let i = 0; i < n; i++) {
+            const conv = yield* post("/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }, "conversation")
+            const run = yield* post(`/conversations/${conv.id}/runs`, { input: [{ type: "text", text: `${label}-${i}` }] }, "run", 202)
+            ids.push(run.id)
+            admitted.push(run.id)
+          }
+          return ids
+        })
+
+      const eventsOf = (ids: ReadonlyArray<string>) =>
+        Effect.map(
+          q(sql<EventRow>`
+            SELECT run_id, sequence, id, type, data, created_at FROM run_events
+            WHERE run_id IN ${sql.in(ids)} ORDER BY run_id, sequence`),
+          (rows) => {
+            const byRun = new Map<string, Array<EventRow>>(ids.map((id) => [id, []]))
+            for (const r of rows) byRun.get(r.run_id)?.push(r)
+            return byRun
+          }
+        )
+      const statusesOf = (ids: ReadonlyArray<string>) =>
+        Effect.map(
+          q(sql<{ id: string; status: string }>`SELECT id, status FROM runs WHERE id IN ${sql.in(ids)}`),
+          (rows) => new Map(rows.map((r) => [r.id, r.status]))
+        )
+
+      const snapshots: Array<Snapshot> = []
+      /** kill -9 of the whole process group, then what the database holds at that moment. */
+      const killPoint = (point: number) =>
+        Effect.gen(function*() {
+          const killedAt = Date.now()
+          yield* Effect.promise(() => server.kill9())
+          const snapshot: Snapshot = {
+            point,
+            killedAt,
+            generation: generations.at(-1)!,
+            status: yield* statusesOf(admitted),
+            events: yield* eventsOf(admitted)
+          }
+          snapshots.push(snapshot)
+          return snapshot
+        })
+
+      // ---- kill point 1: right after the last 202 ------------------------------------------------
       yield* admit(6, "k1")
-      yield* kill(server)
-      const gen1 = yield* generation
-      server = yield* start()
+      yield* killPoint(1)
 
-      // Kill point 2: inside the model call (the scripted 1.5 s sleep) of the running runs.
+      // ---- server B; kill point 2: inside the model call of the running runs ----------------------
+      server = yield* start()
+      yield* restoredGeneration
       const second = yield* admit(6, "k2")
-      for (let i = 0; i < 100; i++) {
-        const statuses = yield* Effect.forEach(second, statusOf)
-        if (statuses.filter((s) => s === "running").length >= 2) break
-        yield* Effect.promise(() => sleep(100))
+      // Polled from the database: polling over HTTP would spend the cell's rate limit.
+      let runningNow = 0
+      for (let i = 0; i < 300 && runningNow < 2; i++) {
+        const statuses = yield* statusesOf(second)
+        runningNow = [...statuses.values()].filter((s) => s === "running").length
+        if (runningNow < 2) yield* sleep(50)
       }
-      yield* Effect.promise(() => sleep(700))
-      yield* kill(server)
-      // While the service is down, one unfinished run loses its admitted content.
-      const [victim] = yield* Effect.orDie(sql<{ id: string }>`
-        SELECT id FROM runs WHERE status IN ('queued', 'running') AND id IN ${sql.in(second)} ORDER BY id LIMIT 1`)
-      expect(victim).toBeDefined()
-      yield* Effect.orDie(sql`UPDATE runs SET input = NULL WHERE id = ${victim!.id}`)
-      server = yield* start()
-      const gen2 = yield* generation
-      expect(gen2).toBeGreaterThan(gen1)
+      expect(runningNow, "runs of the second batch running before kill point 2").toBeGreaterThanOrEqual(2)
+      yield* sleep(700) // mid model call (the scripted step sleeps 1.5 s)
+      const atKill2 = yield* killPoint(2)
+      const runningAtKill2 = admitted.filter((id) => atKill2.status.get(id) === "running")
+      expect(runningAtKill2.length, "runs executing at kill point 2").toBeGreaterThanOrEqual(2)
 
-      // Kill point 3: a mix of queued, running and finished runs.
+      // While the service is down, one run that was executing loses its admitted content.
+      const victim = runningAtKill2[0]!
+      yield* q(sql`UPDATE runs SET input = NULL WHERE id = ${victim}`)
+
+      // ---- server C; kill point 3: a mix of queued, running and finished runs ---------------------
+      server = yield* start()
+      yield* restoredGeneration
       yield* admit(6, "k3")
-      yield* Effect.promise(() => sleep(2200))
-      yield* kill(server)
+      yield* sleep(2200)
+      const atKill3 = yield* killPoint(3)
+
+      // ---- server D: every admitted run ends -----------------------------------------------------
       server = yield* start()
-
-      // Every admitted run ends.
-      let statuses: Array<string> = []
-      for (let i = 0; i < 300; i++) {
-        statuses = yield* Effect.forEach(admitted, statusOf)
-        if (statuses.every((s) => TERMINAL.includes(s))) break
-        yield* Effect.promise(() => sleep(100))
+      yield* restoredGeneration
+      let finalStatus = new Map<string, string>()
+      for (let i = 0; i < 400; i++) {
+        finalStatus = yield* statusesOf(admitted)
+        if (admitted.every((id) => TERMINAL.includes(finalStatus.get(id) ?? ""))) break
+        yield* sleep(100)
       }
-      expect(yield* generation).toBeGreaterThan(gen2)
+      const open = admitted.filter((id) => !TERMINAL.includes(finalStatus.get(id) ?? "missing"))
+      expect(open, `runs not terminal 40 s after the last restart:\n${server.output()}`).toEqual([])
 
-      const rows = yield* Effect.orDie(sql<{ id: string; status: string; status_reason: string | null }>`
-        SELECT id, status, status_reason FROM runs WHERE id IN ${sql.in(admitted)}`)
-      const lost = admitted.length - rows.length
-      const events = yield* Effect.orDie(sql<{ run_id: string; sequence: number; id: string; type: string }>`
-        SELECT run_id, sequence, id, type FROM run_events WHERE run_id IN ${sql.in(admitted)} ORDER BY run_id, sequence`)
+      // ---- the books -----------------------------------------------------------------------------
+      const rows = yield* q(sql<{ id: string; status: string; status_reason: string | null; input: any; output: any }>`
+        SELECT id, status, status_reason, input, output FROM runs WHERE id IN ${sql.in(admitted)}`)
+      const byId = new Map(rows.map((r) => [r.id, r]))
+      const lost = admitted.filter((id) => !byId.has(id)).length
+      const events = yield* eventsOf(admitted)
+      const allEvents = [...events.values()].flat()
+
+      // The counts first, so the summary line is printed even when a detailed check below fails.
       let duplicated = 0
       let gaps = 0
       for (const id of admitted) {
-        const mine = events.filter((e) => e.run_id === id)
-        mine.forEach((e, i) => {
+        const types = events.get(id)!.map((e) => e.type)
+        events.get(id)!.forEach((e, i) => {
           if (e.sequence !== i + 1) gaps++
         })
+        for (const type of SUCCEEDED_EVENTS) duplicated += Math.max(0, types.filter((t) => t === type).length - 1)
+      }
+      const interrupted = rows.filter((r) => r.status === "interrupted").length
+      console.log(
+        `crash-recovery: runs=${admitted.length} kill_points=${snapshots.length} lost=${lost} duplicated=${duplicated} interrupted=${interrupted}`
+      )
+      expect({ runs: admitted.length, lost, duplicated, gaps, interrupted }).toEqual({
+        runs: 18,
+        lost: 0,
+        duplicated: 0,
+        gaps: 0,
+        interrupted: 1
+      })
+
+      for (const id of admitted) {
+        const mine = events.get(id)!
         const types = mine.map((e) => e.type)
-        duplicated += types.length - new Set(types).size
-        const run = rows.find((r) => r.id === id)!
-        if (id === victim!.id) {
-          expect(run).toMatchObject({ status: "interrupted", status_reason: "admitted_content_missing" })
-          expect(types.at(-1)).toBe("run.interrupted")
+        const trail = `${id}: ${types.join(",")}`
+        const run = byId.get(id)
+        if (!run) continue
+        if (id === victim) {
+          expect(run, trail).toMatchObject({ status: "interrupted", status_reason: "admitted_content_missing" })
+          expect(types, trail).toEqual(["run.queued", "run.started", "run.interrupted"])
         } else {
-          expect(run.status, `${id}: ${types.join(",")}`).toBe("succeeded")
-          expect(types).toEqual(["run.queued", "run.started", "run.message", "run.succeeded"])
+          expect(run.status, trail).toBe("succeeded")
+          expect(types, trail).toEqual(SUCCEEDED_EVENTS)
+          expect(run.output, trail).toEqual([{ type: "text", text: `done ${run.input[0].text}` }])
+        }
+        // Every run started on a restored cell of one of the four processes.
+        const started = mine.find((e) => e.type === "run.started")
+        expect(generations, trail).toContain(started?.data.cell_generation)
+
+        for (const snapshot of snapshots) {
+          // What was committed before a kill is still there, unchanged: the later events follow it.
+          const before = snapshot.events.get(id) ?? []
+          expect(mine.slice(0, before.length).map((e) => e.id), `${trail} (kill point ${snapshot.point})`).toEqual(
+            before.map((e) => e.id)
+          )
+          if (snapshot.status.get(id) === "running" && id !== victim) {
+            // Executing at the kill: it continued from its last committed step (run.started, by the
+            // killed process's cell), with no second start, and its answer came after the kill.
+            expect(before.map((e) => e.type), `${trail} (kill point ${snapshot.point})`).toEqual(["run.queued", "run.started"])
+            expect(started!.data.cell_generation, trail).toBe(snapshot.generation)
+            const message = mine.find((e) => e.type === "run.message")!
+            expect(message.created_at.getTime(), trail).toBeGreaterThan(snapshot.killedAt)
+          }
         }
       }
-      expect(new Set(events.map((e) => e.id)).size).toBe(events.length)
-      const interrupted = rows.filter((r) => r.status === "interrupted").length
-      console.log(`crash-recovery: runs=${admitted.length} kill_points=3 lost=${lost} duplicated=${duplicated} gaps=${gaps} interrupted=${interrupted}`)
-      expect({ lost, duplicated, gaps, interrupted }).toEqual({ lost: 0, duplicated: 0, gaps: 0, interrupted: 1 })
-      // The resumed runs' output is the answer to their own input.
-      const outputs = yield* Effect.orDie(sql<{ input: any; output: any }>`
-        SELECT input, output FROM runs WHERE id IN ${sql.in(admitted)} AND status = 'succeeded'`)
-      for (const o of outputs) expect(o.output[0].text).toBe(`done ${o.input[0].text}`)
-      yield* kill(server)
-    }), 180_000)
+      expect(new Set(allEvents.map((e) => e.id)).size, "event ids are unique").toBe(allEvents.length)
+
+      // The API shows the same runs and events (server D).
+      for (const id of admitted) {
+        const run = yield* call(base(), "GET", `${P}/runs/${id}`, secret)
+        expectStatus(run, 200, `GET run ${id}`)
+        expect(run.json.data.status).toBe(byId.get(id)?.status)
+        const page = yield* call(base(), "GET", `${P}/runs/${id}/events`, secret)
+        expectStatus(page, 200, `GET events ${id}`)
+        expect(page.json.next_cursor).toBeNull()
+        expect(page.json.items.map((e: any) => [e.sequence, e.id, e.type])).toEqual(
+          events.get(id)!.map((e) => [e.sequence, e.id, e.type])
+        )
+      }
+
+      // Kill point 3 was taken with work in every state (queued or running, and finished).
+      const mix = [...atKill3.status.values()]
+      expect(mix.some((s) => s === "queued" || s === "running"), `kill point 3: ${mix.join(",")}`).toBe(true)
+      expect(mix.some((s) => TERMINAL.includes(s)), `kill point 3: ${mix.join(",")}`).toBe(true)
+      expect(generations).toHaveLength(4)
+      yield* Effect.promise(() => server.kill9())
+    })), 120_000)
 })

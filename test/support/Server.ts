@@ -1,4 +1,11 @@
-/** The service as a real child process (`node --import tsx src/main.ts`), for kill -9 tests. */
+/**
+ * The service as a real child process (`node --import tsx src/main.ts`), for kill -9 tests.
+ *
+ * Each child leads its own process group (tsx runs in-process, so the group is the service
+ * itself); `kill9` sends SIGKILL to the whole group. Every child started here is remembered until
+ * it is killed, so a test's afterEach (`killAllChildren`) leaves nothing running even when the test
+ * failed half-way. The child uses DATABASE_URL (no embedded Postgres), so it works as root too.
+ */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
@@ -8,6 +15,9 @@ import { fileURLToPath } from "node:url"
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 
+const LISTEN_TIMEOUT = 60_000
+
+/** A free loopback port (released again before the service binds it). */
 export const freePort = () =>
   new Promise<number>((resolve, reject) => {
     const server = net.createServer()
@@ -20,40 +30,86 @@ export const freePort = () =>
 
 export interface ChildServer {
   readonly baseUrl: string
+  readonly pid: number
   readonly child: ChildProcess
   readonly output: () => string
-  /** SIGKILL to the whole process group: no cleanup, no graceful anything. */
+  /** SIGKILL to the whole process group: no cleanup, no graceful anything. Idempotent. */
   readonly kill9: () => Promise<void>
 }
 
-/** Starts the service on `databaseUrl` in its own process group; resolves once it listens. */
+const alive = new Set<ChildServer>()
+
+/** Kills every child started by `startChild` and not killed yet (for afterEach / finalizers). */
+export const killAllChildren = async () => {
+  const all = [...alive]
+  alive.clear()
+  await Promise.all(all.map((s) => s.kill9()))
+}
+
+/**
+ * Starts the service on `databaseUrl` (HOST 127.0.0.1, a free PORT, a fresh DATA_DIR) in its own
+ * process group; resolves once it logs "listening on". `env` adds to or overrides the environment.
+ */
 export const startChild = async (databaseUrl: string, env: Record<string, string> = {}): Promise<ChildServer> => {
   const port = await freePort()
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-child-"))
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: repoRoot,
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, LOG_LEVEL: "Info", ...env },
-    detached: true,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      DATA_DIR: dataDir,
+      LOG_LEVEL: "Info",
+      ...env
+    },
+    detached: true, // its own process group
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""
   child.stdout!.on("data", (c: Buffer) => (output += c.toString("utf8")))
   child.stderr!.on("data", (c: Buffer) => (output += c.toString("utf8")))
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
-  const deadline = Date.now() + 60_000
+  let exitedFlag = false
+  const exited = new Promise<void>((resolve) => {
+    child.once("exit", () => {
+      exitedFlag = true
+      resolve()
+    })
+    child.once("error", (e) => {
+      output += `\nspawn error: ${String(e)}`
+      exitedFlag = true
+      resolve()
+    })
+  })
+  let killed: Promise<void> | undefined
+  const kill9 = () =>
+    (killed ??= (async () => {
+      alive.delete(server)
+      if (child.pid !== undefined) {
+        try {
+          process.kill(-child.pid, "SIGKILL")
+        } catch {
+          // already gone
+        }
+      }
+      await exited
+      fs.rmSync(dataDir, { recursive: true, force: true })
+    })())
+  const server: ChildServer = { baseUrl: `http://127.0.0.1:${port}`, pid: child.pid ?? -1, child, output: () => output, kill9 }
+  alive.add(server)
+
+  const deadline = Date.now() + LISTEN_TIMEOUT
   while (!output.includes("listening on")) {
-    if (child.exitCode !== null) throw new Error(`the service exited before listening:\n${output}`)
-    if (Date.now() > deadline) throw new Error(`the service did not listen within 60 s:\n${output}`)
+    if (exitedFlag) {
+      await kill9()
+      throw new Error(`the service exited before listening:\n${output}`)
+    }
+    if (Date.now() > deadline) {
+      await kill9()
+      throw new Error(`the service did not listen within ${LISTEN_TIMEOUT} ms:\n${output}`)
+    }
     await new Promise((r) => setTimeout(r, 50))
   }
-  const kill9 = async () => {
-    try {
-      process.kill(-child.pid!, "SIGKILL")
-    } catch {
-      // already gone
-    }
-    await exited
-    fs.rmSync(dataDir, { recursive: true, force: true })
-  }
-  return { baseUrl: `http://127.0.0.1:${port}`, child, output: () => output, kill9 }
+  return server
 }
