@@ -1,54 +1,171 @@
 /**
- * The `openai_compatible` provider (D12): Chat Completions at a profile's `settings.base_url`, for
- * vLLM, Ollama, llama.cpp, LiteLLM and the like, built with `LanguageModel.make` so it is a
- * LanguageModel like every other provider. The credential is optional (local servers often need
- * none). The call goes through @effect/platform's HttpClient with a lenient response schema rather
- * than @effect/ai-openai's generated `createChatCompletion`: that decoder requires fields OpenAI
- * sends but compatible servers often omit (`message.refusal`, `choices[].logprobs`), so it would
- * refuse real Ollama and llama.cpp answers.
+ * The `openai_compatible` provider (D12): Chat Completions (`POST {base_url}/chat/completions`) at
+ * a profile's `settings.base_url`, for vLLM, Ollama, llama.cpp, LiteLLM and the like, built with
+ * `LanguageModel.make` so it is a LanguageModel like every other provider.
+ *
+ * It runs on @effect/ai-openai's `OpenAiClient` (built by the caller with `apiUrl` = base_url and
+ * the optional credential: local servers often need none; when given it is sent as
+ * `Authorization: Bearer`), and the request body is typed by the generated
+ * `CreateChatCompletionRequest`. The response, however, is NOT decoded with the generated
+ * `createChatCompletion`: its `CreateChatCompletionResponse` schema requires fields that OpenAI
+ * sends but compatible servers omit (`choices[].message.refusal`, `choices[].logprobs`), and
+ * admits only OpenAI's finish reasons, so it refuses real Ollama and llama.cpp answers. The body is
+ * read through the same client's `httpClient` and decoded with the lenient `ChatCompletion`
+ * schema below, which takes only what we use.
+ *
+ * Mapping:
+ *   - prompt: system -> `{role:"system"}`; user text parts -> one `{role:"user", content}` (parts
+ *     joined by newlines); assistant text + tool calls -> one `{role:"assistant", content (null
+ *     without text), tool_calls:[{id, type:"function", function:{name, arguments: JSON}}]}`; each
+ *     tool result -> `{role:"tool", tool_call_id, content}` (a string result as is, anything else
+ *     as JSON). File parts are refused (`MalformedInput`).
+ *   - tools: `{type:"function", function:{name, description?, parameters: <the tool's JSON Schema>}}`.
+ *   - response: `choices[0].message.content` (or `refusal`) -> text; each `tool_calls[]` ->
+ *     a tool-call part with `arguments` JSON-parsed (unparseable -> `MalformedOutput`); the
+ *     finish reason; usage from `prompt_tokens` / `completion_tokens`; the response `id`.
+ *   - HTTP: a non-2xx status is an `HttpResponseError` (status and headers kept); a body that is
+ *     not JSON is an `HttpResponseError` with reason `Decode`; JSON of the wrong shape is
+ *     `MalformedOutput`; a connection failure is an `HttpRequestError`.
  */
 import * as AiError from "@effect/ai/AiError"
+import * as IdGenerator from "@effect/ai/IdGenerator"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
-import { FetchHttpClient, HttpClient, HttpClientRequest, type HttpClientError } from "@effect/platform"
-import { Effect, type ParseResult, Redacted, Schema, Stream } from "effect"
+import { type Generated, OpenAiClient } from "@effect/ai-openai"
+import { HttpClient, type HttpClientError, HttpClientRequest } from "@effect/platform"
+import { Effect, Layer, type ParseResult, Schema, Stream } from "effect"
 
 const MODULE = "OpenAiCompatibleLanguageModel"
 
-type ChatMessage = Record<string, unknown>
+export type ChatMessage = typeof Generated.ChatCompletionRequestMessage.Encoded
+export type ChatRequest = typeof Generated.CreateChatCompletionRequest.Encoded
+type ChatTool = typeof Generated.ChatCompletionTool.Encoded
+type ChatToolCall = typeof Generated.ChatCompletionMessageToolCall.Encoded
+
+// -----------------------------------------------------------------------------
+// Request
+// -----------------------------------------------------------------------------
+
+const jsonText = (value: unknown): string => JSON.stringify(value) ?? "null"
 
 /** The prompt as Chat Completions messages. */
-export const toMessages = (prompt: Prompt.Prompt): Array<ChatMessage> =>
-  prompt.content.flatMap((message): Array<ChatMessage> => {
-    switch (message.role) {
-      case "system":
-        return [{ role: "system", content: message.content }]
-      case "user":
-        return [{
-          role: "user",
-          content: message.content.flatMap((p) => (p.type === "text" ? [p.text] : [])).join("\n")
-        }]
-      case "assistant": {
-        const text = message.content.flatMap((p) => (p.type === "text" ? [p.text] : [])).join("\n")
-        const calls = message.content.flatMap((p) =>
-          p.type === "tool-call"
-            ? [{ id: p.id, type: "function", function: { name: p.name, arguments: JSON.stringify(p.params ?? {}) } }]
-            : []
-        )
-        return [{ role: "assistant", content: text === "" ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) }]
+export const toMessages = (
+  prompt: Prompt.Prompt,
+  method = "toMessages"
+): Effect.Effect<Array<ChatMessage>, AiError.MalformedInput> =>
+  Effect.gen(function*() {
+    const messages: Array<ChatMessage> = []
+    for (const message of prompt.content) {
+      switch (message.role) {
+        case "system":
+          messages.push({ role: "system", content: message.content })
+          break
+        case "user": {
+          const texts: Array<string> = []
+          for (const part of message.content) {
+            if (part.type === "text") texts.push(part.text)
+            else {
+              return yield* new AiError.MalformedInput({
+                module: MODULE,
+                method,
+                description: `Chat Completions messages here carry text only (got a '${part.type}' part)`
+              })
+            }
+          }
+          messages.push({ role: "user", content: texts.join("\n") })
+          break
+        }
+        case "assistant": {
+          const texts: Array<string> = []
+          const calls: Array<ChatToolCall> = []
+          for (const part of message.content) {
+            if (part.type === "text") texts.push(part.text)
+            else if (part.type === "tool-call" && !part.providerExecuted) {
+              calls.push({ id: part.id, type: "function", function: { name: part.name, arguments: jsonText(part.params ?? {}) } })
+            }
+            // Reasoning, files and provider-executed results have no Chat Completions form: dropped.
+          }
+          const text = texts.join("\n")
+          messages.push({
+            role: "assistant",
+            content: text === "" ? null : text,
+            ...(calls.length > 0 ? { tool_calls: calls } : {})
+          })
+          break
+        }
+        case "tool":
+          for (const part of message.content) {
+            messages.push({
+              role: "tool",
+              tool_call_id: part.id,
+              content: typeof part.result === "string" ? part.result : jsonText(part.result)
+            })
+          }
+          break
       }
-      case "tool":
-        return message.content.map((p) => ({
-          role: "tool",
-          tool_call_id: p.id,
-          content: typeof p.result === "string" ? p.result : JSON.stringify(p.result)
-        }))
     }
+    return messages
   })
 
-const finishReason = (reason: string | null | undefined): Response.FinishReason => {
+/** The toolkit's user-defined tools as Chat Completions function tools. */
+export const toTools = (tools: ReadonlyArray<Tool.Any>): Array<ChatTool> =>
+  tools.flatMap((tool): Array<ChatTool> => {
+    if (!Tool.isUserDefined(tool)) return []
+    const description = Tool.getDescription(tool as any)
+    return [{
+      type: "function",
+      function: {
+        name: tool.name,
+        ...(description === undefined ? {} : { description }),
+        parameters: Tool.getJsonSchema(tool as any) as unknown as Record<string, unknown>
+      }
+    }]
+  })
+
+const toToolChoice = (choice: LanguageModel.ToolChoice<any>): ChatRequest["tool_choice"] => {
+  if (choice === "auto") return undefined
+  if (choice === "none" || choice === "required") return choice
+  if ("tool" in choice) return { type: "function", function: { name: choice.tool } }
+  // `oneOf`: the library already narrowed the offered tools to the allowed ones.
+  return choice.mode === "required" ? "required" : undefined
+}
+
+// -----------------------------------------------------------------------------
+// Response
+// -----------------------------------------------------------------------------
+
+const OptionalString = Schema.optional(Schema.NullOr(Schema.String))
+const OptionalNumber = Schema.optional(Schema.NullOr(Schema.Number))
+
+/** What compatible servers send (only what we use; everything else is ignored). */
+export const ChatCompletion = Schema.Struct({
+  id: OptionalString,
+  model: OptionalString,
+  choices: Schema.Array(Schema.Struct({
+    finish_reason: OptionalString,
+    message: Schema.Struct({
+      content: OptionalString,
+      refusal: OptionalString,
+      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({
+        id: OptionalString,
+        type: OptionalString,
+        function: Schema.Struct({
+          name: Schema.String,
+          // A JSON text per the spec; some servers send the object itself.
+          arguments: Schema.optional(
+            Schema.NullOr(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.Unknown })))
+          )
+        })
+      }))))
+    })
+  })),
+  usage: Schema.optional(Schema.NullOr(Schema.Struct({ prompt_tokens: OptionalNumber, completion_tokens: OptionalNumber })))
+})
+export type ChatCompletion = typeof ChatCompletion.Type
+
+export const finishReason = (reason: string | null | undefined): Response.FinishReason => {
   switch (reason) {
     case "stop":
       return "stop"
@@ -64,116 +181,132 @@ const finishReason = (reason: string | null | undefined): Response.FinishReason 
   }
 }
 
-const toAiError = (method: string) =>
-(error: HttpClientError.HttpClientError | ParseResult.ParseError): Effect.Effect<never, AiError.AiError> => {
-  if (error._tag === "ParseError") return Effect.fail(AiError.MalformedOutput.fromParseError({ module: MODULE, method, error }))
-  if (error._tag === "ResponseError") return AiError.HttpResponseError.fromResponseError({ module: MODULE, method, error })
-  // A body that is not JSON at all.
-  return Effect.fail(AiError.HttpRequestError.fromRequestError({ module: MODULE, method, error }))
-}
-
-/** What compatible servers send (only what we use; everything else is ignored). */
-const ChatCompletion = Schema.Struct({
-  id: Schema.optionalWith(Schema.String, { default: () => "" }),
-  model: Schema.optionalWith(Schema.String, { default: () => "" }),
-  choices: Schema.Array(Schema.Struct({
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
-    message: Schema.Struct({
-      content: Schema.optional(Schema.NullOr(Schema.String)),
-      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({
-        id: Schema.String,
-        type: Schema.optional(Schema.String),
-        function: Schema.Struct({ name: Schema.String, arguments: Schema.optional(Schema.NullOr(Schema.String)) })
-      }))))
-    })
-  })),
-  usage: Schema.optional(Schema.NullOr(Schema.Struct({
-    prompt_tokens: Schema.optional(Schema.Number),
-    completion_tokens: Schema.optional(Schema.Number)
-  })))
-})
-
-interface Target {
-  readonly http: HttpClient.HttpClient
-  readonly baseUrl: string
-  readonly model: string
-  readonly apiKey?: Redacted.Redacted | undefined
-}
-
-const generate = (target: Target, options: LanguageModel.ProviderOptions, method: string) =>
+/** The parts of a decoded completion. */
+const toParts = (
+  completion: ChatCompletion,
+  model: string,
+  method: string
+): Effect.Effect<Array<Response.PartEncoded>, AiError.MalformedOutput, IdGenerator.IdGenerator> =>
   Effect.gen(function*() {
-    const tools = options.tools.map((tool) => ({
-      type: "function" as const,
-      function: {
-        name: tool.name,
-        ...(Tool.getDescription(tool as any) ? { description: Tool.getDescription(tool as any) } : {}),
-        parameters: Tool.getJsonSchema(tool as any)
-      }
-    }))
-    let request = HttpClientRequest.post(`${target.baseUrl}/chat/completions`).pipe(
-      HttpClientRequest.bodyUnsafeJson({
-        model: target.model,
-        messages: toMessages(options.prompt),
-        ...(tools.length > 0 ? { tools } : {})
-      })
-    )
-    if (target.apiKey) request = HttpClientRequest.bearerToken(request, Redacted.value(target.apiKey))
-    const response = yield* target.http.execute(request).pipe(
-      Effect.flatMap((res) => res.json),
-      Effect.flatMap(Schema.decodeUnknown(ChatCompletion)),
-      Effect.catchAll(toAiError(method))
-    )
-    const choice = response.choices[0]
-    if (!choice) {
+    const choice = completion.choices[0]
+    if (choice === undefined) {
       return yield* new AiError.MalformedOutput({ module: MODULE, method, description: "The response has no choices" })
     }
-    const parts: Array<Response.PartEncoded> = [{ type: "response-metadata", id: response.id, modelId: response.model || target.model }]
-    if (choice.message.content) parts.push({ type: "text", text: choice.message.content })
+    const parts: Array<Response.PartEncoded> = [{
+      type: "response-metadata",
+      ...(completion.id ? { id: completion.id } : {}),
+      modelId: completion.model || model
+    }]
+    const text = choice.message.content ?? choice.message.refusal
+    if (text) parts.push({ type: "text", text })
+    const idGenerator = yield* IdGenerator.IdGenerator
+    let calls = 0
     for (const call of choice.message.tool_calls ?? []) {
-      if (call.type !== undefined && call.type !== "function") continue
+      if (call.type && call.type !== "function") continue
+      const raw = call.function.arguments
       let params: unknown
-      try {
-        params = JSON.parse(call.function.arguments || "{}")
-      } catch {
-        return yield* new AiError.MalformedOutput({
-          module: MODULE,
-          method,
-          description: `The arguments of tool call ${call.id} are not JSON`
-        })
+      if (raw === undefined || raw === null || (typeof raw === "string" && raw.trim() === "")) {
+        params = {}
+      } else if (typeof raw !== "string") {
+        params = raw
+      } else {
+        try {
+          params = Tool.unsafeSecureJsonParse(raw)
+        } catch {
+          return yield* new AiError.MalformedOutput({
+            module: MODULE,
+            method,
+            description: `The arguments of the call to tool '${call.function.name}' are not valid JSON`
+          })
+        }
       }
-      parts.push({ type: "tool-call", id: call.id, name: call.function.name, params })
+      parts.push({ type: "tool-call", id: call.id || (yield* idGenerator.generateId()), name: call.function.name, params })
+      calls++
     }
-    const inputTokens = response.usage?.prompt_tokens ?? 0
-    const outputTokens = response.usage?.completion_tokens ?? 0
+    const inputTokens = completion.usage?.prompt_tokens ?? 0
+    const outputTokens = completion.usage?.completion_tokens ?? 0
+    const reason = finishReason(choice.finish_reason)
     parts.push({
       type: "finish",
-      reason: finishReason(choice.finish_reason),
+      reason: calls > 0 && (reason === "stop" || reason === "unknown") ? "tool-calls" : reason,
       usage: { inputTokens, outputTokens, totalTokens: inputTokens + outputTokens }
     })
     return parts
   })
 
-/** The model of `settings.base_url` as a `LanguageModel.Service`. */
-export const make = (options: { readonly baseUrl: string; readonly model: string; readonly apiKey?: Redacted.Redacted | undefined }) =>
+const toAiError = (method: string) =>
+(
+  error: HttpClientError.HttpClientError | ParseResult.ParseError
+): Effect.Effect<never, AiError.AiError> => {
+  switch (error._tag) {
+    case "ParseError":
+      return Effect.fail(AiError.MalformedOutput.fromParseError({ module: MODULE, method, error }))
+    case "ResponseError":
+      return AiError.HttpResponseError.fromResponseError({ module: MODULE, method, error })
+    case "RequestError":
+      return Effect.fail(AiError.HttpRequestError.fromRequestError({ module: MODULE, method, error }))
+  }
+}
+
+// -----------------------------------------------------------------------------
+// The model
+// -----------------------------------------------------------------------------
+
+/** One Chat Completions call for `options`, as response parts. */
+const generate = (
+  client: OpenAiClient.Service,
+  model: string,
+  options: LanguageModel.ProviderOptions,
+  method: string
+): Effect.Effect<Array<Response.PartEncoded>, AiError.AiError, IdGenerator.IdGenerator> =>
   Effect.gen(function*() {
-    const http = (yield* HttpClient.HttpClient).pipe(HttpClient.filterStatusOk)
-    const target: Target = { http, baseUrl: options.baseUrl.replace(/\/+$/, ""), model: options.model, apiKey: options.apiKey }
+    const messages = yield* toMessages(options.prompt, method)
+    const tools = toTools(options.tools)
+    const toolChoice = tools.length > 0 ? toToolChoice(options.toolChoice) : undefined
+    const body: ChatRequest = {
+      model,
+      messages: messages as unknown as ChatRequest["messages"],
+      ...(tools.length > 0 ? { tools } : {}),
+      ...(toolChoice === undefined ? {} : { tool_choice: toolChoice })
+    }
+    options.span.attribute("gen_ai.system", "openai_compatible")
+    options.span.attribute("gen_ai.request.model", model)
+    const completion = yield* HttpClientRequest.post("/chat/completions").pipe(
+      HttpClientRequest.bodyUnsafeJson(body),
+      HttpClient.filterStatusOk(client.client.httpClient).execute,
+      Effect.flatMap((response) => response.json),
+      Effect.flatMap(Schema.decodeUnknown(ChatCompletion)),
+      Effect.catchAll(toAiError(method))
+    )
+    return yield* toParts(completion, model, method)
+  })
+
+/** A complete response as the equivalent stream parts (one text delta per text part). */
+const toStreamParts = (parts: ReadonlyArray<Response.PartEncoded>): Array<Response.StreamPartEncoded> =>
+  parts.flatMap((part, i): Array<Response.StreamPartEncoded> => {
+    if (part.type !== "text") return [part as Response.StreamPartEncoded]
+    const id = `text_${i}`
+    return [{ type: "text-start", id }, { type: "text-delta", id, delta: part.text }, { type: "text-end", id }]
+  })
+
+/**
+ * The model `model` of the server the `OpenAiClient` in context points at, as a
+ * `LanguageModel.Service`. Build the client with `OpenAiClient.layer({apiUrl: base_url, apiKey?})`.
+ * `streamText` makes the same single (non-streaming) call and replays its parts as a stream.
+ */
+export const make = (options: { readonly model: string }): Effect.Effect<LanguageModel.Service, never, OpenAiClient.OpenAiClient> =>
+  Effect.gen(function*() {
+    const client = yield* OpenAiClient.OpenAiClient
     return yield* LanguageModel.make({
-      generateText: (o) => generate(target, o, "generateText"),
+      generateText: (o) => generate(client, options.model, o, "generateText"),
       streamText: (o) =>
-        generate(target, o, "streamText").pipe(
-          Effect.map((parts) =>
-            Stream.fromIterable(parts.flatMap((part, i): Array<Response.StreamPartEncoded> =>
-              part.type === "text"
-                ? [
-                  { type: "text-start", id: `text_${i}` },
-                  { type: "text-delta", id: `text_${i}`, delta: part.text },
-                  { type: "text-end", id: `text_${i}` }
-                ]
-                : [part as Response.StreamPartEncoded]
-            ))
-          ),
+        generate(client, options.model, o, "streamText").pipe(
+          Effect.map((parts) => Stream.fromIterable(toStreamParts(parts))),
           Stream.unwrap
         )
     })
-  }).pipe(Effect.provide(FetchHttpClient.layer))
+  })
+
+/** A layer providing `LanguageModel.LanguageModel` backed by the compatible server. */
+export const layer = (options: { readonly model: string }): Layer.Layer<LanguageModel.LanguageModel, never, OpenAiClient.OpenAiClient> =>
+  Layer.effect(LanguageModel.LanguageModel, make(options))
