@@ -14,6 +14,7 @@
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { forEachRunEvent } from "./lib/RunEvents.js"
 
 const base = process.env.AGENT_PLATFORM_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`
 
@@ -66,21 +67,10 @@ const playConsole = async (): Promise<Customer> => {
 const streamEvents = async (url: string, key: string) => {
   const res = await fetch(`${base}${url}`, { headers: { authorization: `Bearer ${key}`, accept: "text/event-stream" } })
   if (!res.ok || !res.body) fail(`GET ${url} -> ${res.status} ${await res.text()}`)
-  const decoder = new TextDecoder()
-  let buffer = ""
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true })
-    let cut: number
-    while ((cut = buffer.indexOf("\n\n")) >= 0) {
-      const frame = buffer.slice(0, cut)
-      buffer = buffer.slice(cut + 2)
-      const data = frame.split("\n").find((l) => l.startsWith("data: "))
-      if (!data) continue
-      const event = JSON.parse(data.slice(6))
-      const detail = event.type === "run.message" ? ` ${JSON.stringify(event.data.content)}` : ""
-      console.log(`  event ${event.sequence} ${event.type}${detail}`)
-    }
-  }
+  await forEachRunEvent(res, (event) => {
+    const detail = event.type === "run.message" ? ` ${JSON.stringify(event.data.content)}` : ""
+    console.log(`  event ${event.sequence} ${event.type}${detail}`)
+  })
 }
 
 const main = async () => {

@@ -27,6 +27,7 @@ import * as path from "node:path"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
 import { defaultRunSettings, Settings } from "../../src/Settings.js"
+import { forEachRunEvent } from "../lib/RunEvents.js"
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1)
 const OPERATOR = "op_bench_operator_token_0123456789"
@@ -147,31 +148,13 @@ const admission = (base: string, cells: ReadonlyArray<Cell>, sql: SqlClient.SqlC
   })
 
 // ---- 2. SSE latency ------------------------------------------------------------------------------
-const readStream = async (url: string, key: string, openedAt: number, samples: Array<number>, done: () => boolean) => {
-  const controller = new AbortController()
-  const res = await fetch(url, { headers: { authorization: `Bearer ${key}`, accept: "text/event-stream" }, signal: controller.signal })
-  const decoder = new TextDecoder()
-  let buffer = ""
-  try {
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      const now = Date.now()
-      buffer += decoder.decode(chunk, { stream: true })
-      let cut: number
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const frame = buffer.slice(0, cut)
-        buffer = buffer.slice(cut + 2)
-        const data = frame.split("\n").find((l) => l.startsWith("data: "))
-        if (!data) continue
-        const event = JSON.parse(data.slice(6))
-        const committed = Date.parse(event.created_at)
-        if (committed > openedAt) samples.push(now - committed)
-      }
-      if (done()) break
-    }
-  } finally {
-    controller.abort()
-  }
-}
+const readStream = (url: string, key: string, openedAt: number, samples: Array<number>) =>
+  fetch(url, { headers: { authorization: `Bearer ${key}`, accept: "text/event-stream" } }).then((res) =>
+    forEachRunEvent(res, (event, receivedAt) => {
+      const committed = Date.parse(event.created_at)
+      if (committed > openedAt) samples.push(receivedAt - committed)
+    })
+  )
 
 const sseLatency = (base: string, cells: ReadonlyArray<Cell>) =>
   Effect.promise(async () => {
@@ -185,7 +168,7 @@ const sseLatency = (base: string, cells: ReadonlyArray<Cell>) =>
       const conv = await conversation(base, c, c.slowRevision)
       const run = await call(base, "POST", `${c.P}/conversations/${conv}/runs`, c.key, { input: [{ type: "text", text: "x" }] })
       for (let j = 0; j < perRun; j++) {
-        readers.push(readStream(`${base}${c.P}/runs/${run.json.data.id}/events/stream`, c.key, Date.now(), samples, () => false))
+        readers.push(readStream(`${base}${c.P}/runs/${run.json.data.id}/events/stream`, c.key, Date.now(), samples))
       }
     }
     await Promise.all(readers)

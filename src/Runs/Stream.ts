@@ -13,6 +13,7 @@
 import * as Sse from "@effect/experimental/Sse"
 import { Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
 import type { Principal } from "../Domain/Principal.js"
+import { TERMINAL_STATUSES } from "../Domain/RunState.js"
 import { CloseStream } from "../Runtime/CellProtocol.js"
 import { Cells } from "../Runtime/Cells.js"
 import { Settings } from "../Settings.js"
@@ -22,8 +23,8 @@ import { type EventRow, RunsRepo, toEvent } from "./Repo.js"
 const END = Symbol("end")
 const PAGE = 500
 
-/** Events after which the stream may end: a terminal outcome nothing can follow. */
-const ENDS_STREAM = new Set(["run.succeeded", "run.failed", "run.cancelled", "run.expired", "run.interrupted"])
+/** Events after which the stream may end: a terminal outcome nothing can follow (a `run.reconciled` receipt may follow `outcome_unknown`). */
+const ENDS_STREAM = new Set(TERMINAL_STATUSES.filter((s) => s !== "outcome_unknown").map((s) => `run.${s}`))
 
 export const frame = (row: EventRow): string =>
   Sse.encoder.write({ _tag: "Event", event: row.type, id: row.id, data: JSON.stringify(toEvent(row)) })
