@@ -559,6 +559,32 @@ describe("Idempotency over HTTP: client disconnects", () => {
     }).pipe(Effect.provide(makeTestApp())))
 })
 
+describe("Idempotency over HTTP: long requests", () => {
+  it.live("a request that outlives the lock time keeps its reservation: a retry meanwhile is 409 in_use, never a second execution", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`
+        CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.name = 'slow' THEN PERFORM pg_sleep(2.5); END IF;
+          RETURN NEW;
+        END $$`).pipe(Effect.orDie)
+      yield* sql.unsafe(`CREATE TRIGGER test_slow BEFORE INSERT ON service_actors
+                         FOR EACH ROW EXECUTE FUNCTION test_slow_insert()`).pipe(Effect.orDie)
+      const send = request("POST", `${sb.P}/service-actors`, { key: sb.key, body: { name: "slow" }, idempotencyKey: "k-long" })
+      const original = yield* Effect.fork(send)
+      // the lock is 1 s: without its extension a retry after 1.5 s would take the reservation over
+      yield* realSleep(1500)
+      const mid = yield* send
+      expectError(mid, 409, "idempotency_key_in_use")
+      const first = yield* Fiber.join(original)
+      expect(first.status).toBe(201)
+      expectReplayOf(yield* send, first)
+      expect(yield* count("service_actors", sb.tenantId, { column: "name", value: "slow" })).toBe(1)
+    }).pipe(Effect.provide(makeTestApp({ idempotencyLockSeconds: 1 }))))
+})
+
 describe("Idempotency: the 7-day replay window (TestClock)", () => {
   const DAY = 86_400
   // Long background intervals keep TestClock.adjust over days to a few hundred wake-ups.

@@ -46,11 +46,16 @@ const setup = (steps: ReadonlyArray<Step>) =>
         request("POST", `${sb.P}/conversations`, { key: k, body: { workspace_id: ws.id, agent_revision_id: rev.id } }),
         (r) => data(r, 201) as { id: string }
       )
-    const startRun = (conversationId: string, text = "hi", options: { key?: string; headers?: Record<string, string> } = {}) =>
+    const startRun = (
+      conversationId: string,
+      text = "hi",
+      options: { key?: string; headers?: Record<string, string>; idempotencyKey?: string } = {}
+    ) =>
       request("POST", `${sb.P}/conversations/${conversationId}/runs`, {
         key: options.key ?? key,
         body: { input: [{ type: "text", text }] },
-        ...(options.headers ? { headers: options.headers } : {})
+        ...(options.headers ? { headers: options.headers } : {}),
+        ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {})
       })
     const getRun = (runId: string, k = key) => Effect.map(request("GET", `${sb.P}/runs/${runId}`, { key: k }), (r) => data(r))
     const events = (runId: string, query = "") =>
@@ -142,11 +147,19 @@ describe("runs (live clock)", () => {
   it.live("Prefer: wait returns 200 with the terminal run, or the same durable 202 when it takes longer", () =>
     Effect.gen(function*() {
       const fast = yield* setup([{ type: "text", text: "done" }])
-      const res = yield* fast.startRun((yield* fast.conversation()).id, "x", { headers: { prefer: "wait=10" } })
+      const fastConv = (yield* fast.conversation()).id
+      const once = { headers: { prefer: "wait=10" }, idempotencyKey: "k-wait" }
+      const res = yield* fast.startRun(fastConv, "x", once)
       const run = data(res, 200)
       expect(run.status).toBe("succeeded")
       expect(res.headers.get("preference-applied")).toBe("wait=10")
       expect(res.headers.get("location")).toBe(`${fast.P}/runs/${run.id}`)
+      // the replay is the same response: 200, the same run, Location and Preference-Applied
+      const replay = yield* fast.startRun(fastConv, "x", once)
+      expect(replay.headers.get("idempotent-replayed")).toBe("true")
+      expect(replay.text).toBe(res.text)
+      expect(replay.headers.get("preference-applied")).toBe("wait=10")
+      expect(replay.headers.get("location")).toBe(res.headers.get("location"))
 
       const slow = yield* setup([{ type: "sleep", seconds: 3 }, { type: "text", text: "late" }])
       const started = Date.now()

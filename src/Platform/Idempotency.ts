@@ -5,7 +5,7 @@
  * 403, 429, 503 and defects are released instead, so they are safe to retry.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Fiber, Schedule } from "effect"
+import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { Conflict, InvalidRequest } from "../Domain/Errors.js"
 import { Settings } from "../Settings.js"
@@ -164,8 +164,30 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      * service's shutdown interrupts it.
      */
     const serviceScope = yield* Effect.scope
-    const detached = <A, E, R>(work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-      Effect.flatMap(Effect.forkIn(work, serviceScope), Fiber.join)
+
+    /**
+     * Keeps the reservation of a request that is still working: `locked_until` moves forward every
+     * third of the lock time, so only a holder that died (its process gone) is ever taken over,
+     * however long the work takes.
+     */
+    const heartbeat = (s: Scope) => {
+      const extend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        sql`UPDATE idempotency_keys SET locked_until = ${new Date(now + settings.idempotencyLockSeconds * 1000)}
+            WHERE ${where(s)} AND state = 'in_flight'`)
+      return extend.pipe(
+        Effect.delay(Duration.millis((settings.idempotencyLockSeconds * 1000) / 3)),
+        Effect.forever,
+        Effect.catchAllCause((cause) => Effect.logWarning("idempotency lock extension failed", cause))
+      )
+    }
+
+    const detached = <A, E, R>(s: Scope, work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.flatMap(
+        // interruptible: a fiber forked where interruption is off would inherit that, and the
+        // scope could not stop it when the work ends
+        Effect.forkIn(Effect.scoped(Effect.zipRight(Effect.forkScoped(Effect.interruptible(heartbeat(s))), work)), serviceScope),
+        Fiber.join
+      )
 
     /** Deletes records past the replay window. */
     const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>

@@ -27,6 +27,8 @@ import * as Idempotency from "./Idempotency.js"
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
+/** Headers a handler set that are part of the response a replay gives again (D5, D7). */
+const REPLAYED_HEADERS = ["location", "preference-applied"] as const
 
 /** `/v1` paths that need no key (D1). */
 export const isPublicV1 = (path: string): boolean =>
@@ -125,7 +127,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     }
     // Detached: a client that disconnects does not cancel the work it started (it may already
     // have committed); its outcome is stored all the same, for the retry to replay.
-    return yield* idem.detached(Effect.gen(function*() {
+    return yield* idem.detached(scope, Effect.gen(function*() {
       const response = yield* app.pipe(
         Effect.catchAllCause((cause) => escaped(cause, state)),
         Effect.onInterrupt(() => idem.release(scope))
@@ -139,7 +141,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
           // not JSON: store as is
         }
         const headers: Record<string, string> = { "x-request-id": state.requestId }
-        if (state.headers["location"]) headers["location"] = state.headers["location"]
+        for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
         yield* idem.complete(scope, { status: response.status, headers, body: stored })
       } else {
         yield* idem.release(scope)
