@@ -22,6 +22,7 @@ import type { CellRef, Principal } from "./Domain/Principal.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { canonicalJson } from "./Platform/Idempotency.js"
 import { Secrets } from "./Secrets.js"
+import { Tools } from "./Tools.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -70,6 +71,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* Repo.AgentsRepo
     const secrets = yield* Secrets
+    const tools = yield* Tools
 
 
     // ---- workspaces -------------------------------------------------------------------------
@@ -145,11 +147,9 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
     // ---- revisions --------------------------------------------------------------------------
     const createRevision = (p: CellRef, agentId: string, body: CreateAgentRevision) =>
       Effect.gen(function*() {
-        // Tools arrive with issue 5: until then no tool id can be known.
-        if (body.tool_ids.length > 0) {
-          return yield* invalid("unknown_tool", `No such tool: ${body.tool_ids[0]}`, "tool_ids")
-        }
         yield* agentRow(p, agentId)
+        // Only reviewed tools of this tenant and environment, with distinct names.
+        yield* tools.toolsForRevision(p, body.tool_ids)
         yield* modelProfileRow(p, body.model_profile_id)
         const at = yield* now
         const id = yield* makeId("rev")
@@ -200,5 +200,5 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
     } as const
   }),
-  dependencies: [Repo.AgentsRepo.Default, Secrets.Default]
+  dependencies: [Repo.AgentsRepo.Default, Secrets.Default, Tools.Default]
 }) {}

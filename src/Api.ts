@@ -19,6 +19,7 @@ import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } f
 import { describeOperations } from "./Platform/OpenApiDoc.js"
 import { ConversationsApi, EventsApi, RunsApi, UsageApi } from "./Runs/Api.js"
 import { SystemApi } from "./System/Api.js"
+import { ActorSessionsApi, ApprovalsApi, ConnectionsApi, KeySetApi, SettingsApi } from "./Tools/Api.js"
 
 const base = HttpApi.make("agent-platform")
   .add(TenantsApi)
@@ -34,6 +35,11 @@ const base = HttpApi.make("agent-platform")
   .add(RunsApi)
   .add(EventsApi)
   .add(UsageApi)
+  .add(ConnectionsApi)
+  .add(KeySetApi)
+  .add(ApprovalsApi)
+  .add(ActorSessionsApi)
+  .add(SettingsApi)
   .add(SystemApi)
   .add(OperatorApi)
 

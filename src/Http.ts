@@ -22,9 +22,17 @@ import { EventBus } from "./Runs/EventBus.js"
 import { RunsRepo } from "./Runs/Repo.js"
 import { ConversationsLive, EventsLive, RunsLive, UsageLive } from "./Runs/Http.js"
 import { Cells } from "./Runtime/Cells.js"
+import { ReconcilerLive } from "./Runtime/Reconciler.js"
 import { RecoveryLive } from "./Runtime/Recovery.js"
 import { Secrets } from "./Secrets.js"
 import { SystemLive } from "./System/Http.js"
+import { Actors } from "./Actors.js"
+import { Approvals } from "./Approvals.js"
+import { Tools } from "./Tools.js"
+import { ActorSessionsLive, ApprovalsLive, ConnectionsLive, KeySetLive, SettingsLive } from "./Tools/Http.js"
+import { SigningKeys } from "./Tools/Signing.js"
+import { Invoker } from "./Tools/Invoker.js"
+import { OperationsRepo } from "./Tools/Operations.js"
 
 const GroupsLive = Layer.mergeAll(
   TenantsLive,
@@ -40,6 +48,11 @@ const GroupsLive = Layer.mergeAll(
   RunsLive,
   EventsLive,
   UsageLive,
+  ConnectionsLive,
+  KeySetLive,
+  ApprovalsLive,
+  ActorSessionsLive,
+  SettingsLive,
   SystemLive,
   OperatorLive
 )
@@ -61,7 +74,13 @@ export const ServicesLive = Layer.mergeAll(
   RunsRepo.Default,
   EventBus.Default,
   Deletions.Default,
-  OperatorToken.Default
+  OperatorToken.Default,
+  Tools.Default,
+  Actors.Default,
+  Approvals.Default,
+  SigningKeys.Default,
+  OperationsRepo.Default,
+  Invoker.Default
 ).pipe(Layer.provideMerge(Cells.Default))
 
 /** Serves the API through the pipeline (needs an HttpServer, Settings and a SqlClient). */
@@ -75,6 +94,7 @@ const ServeLive = HttpApiBuilder.httpApp.pipe(
 
 export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
+  Layer.provide(ReconcilerLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" })),
   Layer.provide(DecodeErrorsLive),

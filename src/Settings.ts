@@ -92,6 +92,23 @@ export interface SettingsShape {
   readonly sweepIntervalSeconds: number
   /** run time budgets (contract part 8; each at most its contract value) and cell run resources */
   readonly runs: RunSettings
+  /** customer tools (D10): the invocation token issuer and life, the destination allowlist, timeouts */
+  readonly tools: ToolSettings
+}
+
+export interface ToolSettings {
+  /** `iss` of invocation tokens: TOOL_TOKEN_ISSUER, else PUBLIC_BASE_URL, else http://HOST:PORT */
+  readonly issuer: Option.Option<string>
+  /** `exp - iat` of an invocation token (D10: at most 60 s) */
+  readonly tokenSeconds: number
+  /** DESTINATION_ALLOWLIST as given (hosts or CIDRs); empty by default */
+  readonly destinationAllowlist: string
+  /** one tool HTTP call, connect to last byte */
+  readonly requestTimeoutSeconds: number
+  /** while a write's outcome is `pending` at the customer, reconciliation asks again this often */
+  readonly reconcilePollSeconds: number
+  /** a write left `outcome_unknown` is reconciled again in the background this often */
+  readonly reconcileRetrySeconds: number
 }
 
 export interface RunSettings {
@@ -127,6 +144,15 @@ export const defaultRunSettings: RunSettings = {
   streamsPerActor: 16,
   pingSeconds: 15,
   streamAuthCheckSeconds: 5
+}
+
+export const defaultToolSettings: ToolSettings = {
+  issuer: Option.none(),
+  tokenSeconds: 60,
+  destinationAllowlist: "",
+  requestTimeoutSeconds: 30,
+  reconcilePollSeconds: 5,
+  reconcileRetrySeconds: 60
 }
 
 export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>() {
@@ -199,6 +225,14 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
       streamsPerActor: bounded("ACTOR_MAX_STREAMS", 16, 16),
       pingSeconds: bounded("SSE_PING_SECONDS", 15, 15),
       streamAuthCheckSeconds: bounded("SSE_AUTH_CHECK_SECONDS", 5, 15)
+    }),
+    tools: Config.all({
+      issuer: Config.option(Config.string("TOOL_TOKEN_ISSUER")).pipe(Config.map(Option.filter((s) => s.length > 0))),
+      tokenSeconds: bounded("TOOL_TOKEN_SECONDS", 60, 60),
+      destinationAllowlist: Config.string("DESTINATION_ALLOWLIST").pipe(Config.withDefault("")),
+      requestTimeoutSeconds: bounded("TOOL_REQUEST_TIMEOUT_SECONDS", 30, 300),
+      reconcilePollSeconds: bounded("RECONCILE_POLL_SECONDS", 5, 300),
+      reconcileRetrySeconds: bounded("RECONCILE_RETRY_SECONDS", 60, 86_400)
     })
   })
 
@@ -223,6 +257,7 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     purgeDelaySeconds: 3600,
     sweepIntervalSeconds: 60,
     runs: defaultRunSettings,
+    tools: defaultToolSettings,
     ...overrides
   })
 }

@@ -280,7 +280,7 @@ describe("agents resources (D12)", () => {
       // Tools arrive with issue 5: any tool id is unknown for now.
       expectError(
         yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "x", tool_ids: ["tool_1"] }),
-        400, "invalid_request", "unknown_tool", "tool_ids"
+        400, "invalid_request", "unknown_tool", "tool_ids.0"
       )
     }).pipe(Effect.provide(makeTestApp())))
 

@@ -11,6 +11,7 @@ import quickstart from "./migrations/0003_quickstart.js"
 import runs from "./migrations/0004_runs.js"
 import purge from "./migrations/0005_purge.js"
 import eventPayloads from "./migrations/0006_event_payloads.js"
+import tools from "./migrations/0007_tools.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
@@ -20,7 +21,8 @@ export const loader = Migrator.fromRecord({
   "0003_quickstart": quickstart,
   "0004_runs": runs,
   "0005_purge": purge,
-  "0006_event_payloads": eventPayloads
+  "0006_event_payloads": eventPayloads,
+  "0007_tools": tools
 })
 
 const migrate = Migrator.make({})

@@ -4,6 +4,8 @@ import { AuthenticationError } from "../Domain/Errors.js"
 import { EnvironmentName, PathId } from "../Domain/Ids.js"
 import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
+import { Connection, ReviewConnection } from "../Domain/Tools.js"
+import { Schema } from "effect"
 
 export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
   failure: AuthenticationError,
@@ -40,6 +42,15 @@ export class OperatorApi extends HttpApiGroup.make("operator")
   .add(
     HttpApiEndpoint.get("getQuickstart")`/operator/v1/tenants/${tenantId}/environments/${environment}/quickstart`
       .addSuccess(Quickstart)
+  )
+  .add(
+    HttpApiEndpoint.post("reviewConnection")`/operator/v1/connections/${id}/review`
+      .setPayload(ReviewConnection)
+      .addSuccess(Connection)
+  )
+  .add(
+    HttpApiEndpoint.post("rotateSigningKey")`/operator/v1/tenants/${tenantId}/environments/${environment}/signing-keys/rotate`
+      .addSuccess(Schema.Struct({ kid: Schema.String, retired_publish_until: Schema.String }))
   )
   .middleware(OperatorAuth)
   .annotate(OpenApi.Exclude, true)

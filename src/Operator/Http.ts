@@ -5,6 +5,8 @@ import { AuthenticationFailed } from "../Domain/Errors.js"
 import { Operator } from "../Operator.js"
 import { OperatorAuth } from "./Api.js"
 import { OperatorToken } from "./Token.js"
+import { Tools } from "../Tools.js"
+import { SigningKeys } from "../Tools/Signing.js"
 
 export const OperatorAuthLive = Layer.effect(
   OperatorAuth,
@@ -18,10 +20,21 @@ export const OperatorAuthLive = Layer.effect(
 )
 
 export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
-  Effect.map(Operator, (operator) =>
-    handlers
+  Effect.gen(function*() {
+    const operator = yield* Operator
+    const tools = yield* Tools
+    const signing = yield* SigningKeys
+    return handlers
+      .handle("reviewConnection", ({ path, payload }) => tools.review(path.id, payload.decision, payload.note))
+      .handle("rotateSigningKey", ({ path }) =>
+        Effect.gen(function*() {
+          yield* signing.jwksOf(path.tenant_id, path.environment) // 404 for an unknown cell
+          const rotated = yield* signing.rotate({ tenantId: path.tenant_id, environment: path.environment })
+          return { kid: rotated.kid, retired_publish_until: rotated.retired_publish_until.toISOString() }
+        }))
       .handle("submitPilotApplication", ({ payload }) => operator.submitPilot(payload))
       .handle("getPilotApplication", ({ path }) => operator.getPilot(path.id))
       .handle("approvePilotApplication", ({ path }) => operator.approvePilot(path.id))
       .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))
-      .handle("getQuickstart", ({ path }) => operator.getQuickstart(path.tenant_id, path.environment))))
+      .handle("getQuickstart", ({ path }) => operator.getQuickstart(path.tenant_id, path.environment))
+  }))

@@ -34,6 +34,9 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
             WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         // Runs and agents: everything the customer's users said and the agents answered.
         sql`SELECT set_config('agent_platform.purging', 'on', true)`,
+        sql`DELETE FROM tool_operations WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM approvals WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM actor_sessions WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM usage_records WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM conversation_items WHERE conversation_id IN (
               SELECT id FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
@@ -45,6 +48,10 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
         sql`DELETE FROM agent_revisions WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM agents WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM model_profiles WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM tools WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM connections WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM signing_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        sql`DELETE FROM environment_settings WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM workspaces WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM service_actors WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM idempotency_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,

@@ -59,12 +59,15 @@ export const fingerprint = (method: string, path: string, body: string): string 
 export const isStored = (status: number): boolean =>
   (status >= 200 && status < 300) || status === 404 || status === 409 || status === 410
 
-/** A secret in a stored response replays as metadata only: every `secret` field becomes null. */
+/** Fields that carry a secret shown once: a key's `secret`, an actor session's `token`. */
+const SECRET_FIELDS = new Set(["secret", "token"])
+
+/** A secret in a stored response replays as metadata only: every secret field becomes null. */
 export const redactSecrets = (value: unknown): unknown => {
   if (Array.isArray(value)) return value.map(redactSecrets)
   if (value !== null && typeof value === "object") {
     const out: Record<string, unknown> = {}
-    for (const [k, v] of Object.entries(value)) out[k] = k === "secret" && typeof v === "string" ? null : redactSecrets(v)
+    for (const [k, v] of Object.entries(value)) out[k] = SECRET_FIELDS.has(k) && typeof v === "string" ? null : redactSecrets(v)
     return out
   }
   return value

@@ -8,10 +8,12 @@
  * writers (the run actor and a cancel request) are serialised by the row lock.
  */
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Either, Option } from "effect"
 import { makeId, toIso } from "../Domain/Ids.js"
 import type { Conversation, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
+import type { ToolRow } from "../Tools.js"
 
 export interface ConversationRow {
   id: string
@@ -136,6 +138,10 @@ export interface Commit {
   readonly usage?: ReadonlyArray<UsageRecordInput>
   /** Set `execution_deadline_at` this many seconds after the commit (on start). */
   readonly executionSeconds?: number
+  /** Set `execution_deadline_at` to this time (resuming after an approval wait, which it does not count). */
+  readonly executionDeadlineAt?: Date
+  /** More writes for the same transaction (an approval, a tool operation), run once the commit is allowed. */
+  readonly also?: Effect.Effect<unknown, SqlError>
 }
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
@@ -281,6 +287,7 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
           if (changed && RunState.isTerminal(t.status)) completedAt = at
           if (c.trigger._tag === "Start") startedAt = at
           if (c.executionSeconds !== undefined) executionDeadline = new Date(at.getTime() + c.executionSeconds * 1000)
+          if (c.executionDeadlineAt !== undefined) executionDeadline = c.executionDeadlineAt
           if (c.output !== undefined) output = c.output
           if (c.requiredAction !== undefined) requiredAction = c.requiredAction
           usage.push(...(c.usage ?? []))
@@ -309,6 +316,7 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
         }
           WHERE id = ${runId}`
         yield* appendItems(locked.conversation_id, runId, items, at)
+        for (const { c } of planned) if (c.also !== undefined) yield* c.also
         for (const u of usage) {
           yield* sql`
             INSERT INTO usage_records (id, tenant_id, environment, run_id, kind, agent_revision_id, model_profile_id,
@@ -350,6 +358,17 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
           JOIN model_profiles mp ON mp.id = rv.model_profile_id
           WHERE r.id = ${runId}`,
         (rows) => Option.fromNullable(rows[0])
+      )
+
+    /** The run's key is usable and its acting user (if any) is not deleted (checked before each dispatch). */
+    const authorizationActive = (row: { key_id: string; user_id: string | null }) =>
+      Effect.zipWith(
+        keyActive(row.key_id),
+        row.user_id === null
+          ? Effect.succeed(true)
+          : Effect.map(sql<{ ok: boolean }>`SELECT (status <> 'deleted' AND deleted_at IS NULL) AS ok FROM users WHERE id = ${row.user_id}`,
+            (rows) => rows[0]?.ok === true),
+        (a, b) => a && b
       )
 
     /** Whether the key that created the run (and its tenant and environment) may still act. */
@@ -449,7 +468,11 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
       eventPosition,
       eventsAfter,
       agentContext,
+      /** The tools of a revision (its `tool_ids`), as rows. */
+      toolsOf: (toolIds: ReadonlyArray<string>) =>
+        toolIds.length === 0 ? Effect.succeed([] as Array<ToolRow>) : sql<ToolRow>`SELECT * FROM tools WHERE id IN ${sql.in([...toolIds])}`,
       keyActive,
+      authorizationActive,
       usage,
       openRuns
     } as const

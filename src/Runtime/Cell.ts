@@ -6,7 +6,7 @@
  * interrupted, to be recovered from the database) when its scope closes.
  */
 import { SqlClient } from "@effect/sql"
-import { Cause, Clock, Effect, FiberMap, Ref, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
 import type { RunSettings } from "../Settings.js"
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "./CellProtocol.js"
 import * as RateLimiter from "./RateLimiter.js"
@@ -50,8 +50,15 @@ export const make = (id: CellId, options: CellOptions) =>
     const streams = { total: 0, byActor: new Map<string, number>() }
     const cellLabel = `${id.tenantId}/${id.environment}`
 
-    const supervised = (runId: string) =>
-      options.runActor(runId, { slots, cellGeneration: generation }).pipe(
+    // The alarm: runs waiting for a human hold no fiber; one loop per cell revives each at its
+    // deadline (approval expiry), or earlier when a decision starts it.
+    const alarms = new Map<string, number>()
+    const alarmChanged = yield* Queue.sliding<void>(1)
+    const wakeAt = (runId: string, at: Date) =>
+      Effect.zipRight(Effect.sync(() => alarms.set(runId, at.getTime())), Queue.offer(alarmChanged, undefined))
+
+    const supervised = (runId: string): Effect.Effect<void> =>
+      options.runActor(runId, { slots, cellGeneration: generation, wakeAt }).pipe(
         Effect.sandbox,
         Effect.tapError((cause) =>
           Cause.isInterruptedOnly(cause)
@@ -62,6 +69,25 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.unsandbox,
         Effect.annotateLogs({ cell: cellLabel, run_id: runId })
       )
+
+    const startActor = (runId: string) =>
+      Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true }))
+
+    yield* Effect.gen(function*() {
+      while (true) {
+        const now = yield* Clock.currentTimeMillis
+        let next = Number.POSITIVE_INFINITY
+        for (const [runId, at] of alarms) {
+          if (at <= now) {
+            alarms.delete(runId)
+            yield* startActor(runId)
+          } else next = Math.min(next, at)
+        }
+        yield* next === Number.POSITIVE_INFINITY
+          ? Queue.take(alarmChanged)
+          : Effect.raceFirst(Queue.take(alarmChanged), Effect.sleep(Duration.millis(next - now)))
+      }
+    }).pipe(Effect.interruptible, Effect.forkScoped)
 
     const openStream = (actorId: string): OpenStreamReply => {
       if (streams.total >= options.runs.streamsPerCell) return { opened: false, limit: "cell" }
@@ -86,7 +112,7 @@ export const make = (id: CellId, options: CellOptions) =>
           case "GetGeneration":
             return Effect.succeed(generation)
           case "StartRun":
-            return Effect.asVoid(FiberMap.run(actors, command.runId, supervised(command.runId), { onlyIfMissing: true }))
+            return Effect.zipRight(Effect.sync(() => alarms.delete(command.runId)), startActor(command.runId))
           case "CancelRun":
             return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId))
           case "OpenStream":
@@ -100,7 +126,7 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(lastUsed, now))
       )
     }
-    const busy = Effect.map(FiberMap.size(actors), (n) => n > 0 || streams.total > 0)
+    const busy = Effect.map(FiberMap.size(actors), (n) => n > 0 || streams.total > 0 || alarms.size > 0)
     yield* Effect.logDebug("cell restored").pipe(Effect.annotateLogs({ cell: cellLabel, generation }))
     return { id, generation, lastUsed, busy, handle } satisfies Cell
   })

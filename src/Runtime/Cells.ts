@@ -5,14 +5,17 @@
  * never touches another.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Deferred, ExecutionStrategy, Effect, Exit, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Clock, Deferred, Either, ExecutionStrategy, Effect, Exit, Ref, Schedule, Scope, SynchronizedRef } from "effect"
 import { Agents } from "../Agents.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { RunsRepo } from "../Runs/Repo.js"
 import { Settings } from "../Settings.js"
+import { Invoker } from "../Tools/Invoker.js"
+import { OperationsRepo } from "../Tools/Operations.js"
 import * as Cell from "./Cell.js"
 import * as RunActor from "./RunActor.js"
+import * as ToolCalls from "./ToolCalls.js"
 import { type CellCommand, type CellId, cellKey, type ReplyOf } from "./CellProtocol.js"
 
 interface Entry {
@@ -27,12 +30,26 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
     const parent = yield* Effect.scope
     const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
     const repo = yield* RunsRepo
-    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Settings>()
+    const operations = yield* OperationsRepo
+    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Settings | OperationsRepo | Invoker>()
     const options: Cell.CellOptions = {
       rateLimit: settings.rateLimit,
       runs: settings.runs,
       runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
-      completeCancel: (runId) => Effect.asVoid(Effect.orDie(repo.commit(runId, { trigger: Trigger.CompleteCancel() })))
+      // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
+      completeCancel: (runId) =>
+        Effect.gen(function*() {
+          const open = yield* operations.unsettled(runId)
+          if (open !== undefined) {
+            yield* Effect.provide(
+              ToolCalls.loseOutcome({ commit: (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight) }, open.id, "cancelled while the write's outcome was unknown"),
+              actorContext
+            )
+            return
+          }
+          const at = new Date(yield* Clock.currentTimeMillis)
+          yield* repo.commit(runId, { trigger: Trigger.CompleteCancel(), also: operations.expirePending(runId, at) })
+        }).pipe(Effect.orDie, Effect.asVoid)
     }
 
     const start = (id: CellId) =>
@@ -112,5 +129,5 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
 
     return { send, stop, activeCount } as const
   }),
-  dependencies: [RunsRepo.Default, StepEngine.Default, Agents.Default]
+  dependencies: [RunsRepo.Default, StepEngine.Default, Agents.Default, OperationsRepo.Default, Invoker.Default]
 }) {}

@@ -21,6 +21,8 @@ import { Trigger } from "../Domain/RunState.js"
 import { ConversationItem, StepEngine, type StepResult } from "../Models/StepEngine.js"
 import { type Commit, RunsRepo, type RunRow } from "../Runs/Repo.js"
 import { Settings } from "../Settings.js"
+import { OperationsRepo } from "../Tools/Operations.js"
+import * as ToolCalls from "./ToolCalls.js"
 
 const Items = Schema.Array(ConversationItem)
 
@@ -54,6 +56,8 @@ export interface ActorOptions {
   /** The cell's execution slots: a queued run waits for one within its start deadline. */
   readonly slots: Effect.Semaphore
   readonly cellGeneration: number
+  /** Revives this run's actor at `at` (an approval's expiry): the cell's alarm, not a held fiber. */
+  readonly wakeAt: (runId: string, at: Date) => Effect.Effect<void>
 }
 
 export const run = (runId: string, options: ActorOptions) =>
@@ -61,6 +65,7 @@ export const run = (runId: string, options: ActorOptions) =>
     const repo = yield* RunsRepo
     const engine = yield* StepEngine
     const agents = yield* Agents
+    const operations = yield* OperationsRepo
     const settings = yield* Settings
     const budgets = settings.runs
 
@@ -70,9 +75,19 @@ export const run = (runId: string, options: ActorOptions) =>
 
     const load = Effect.map(repo.run(runId), Option.getOrUndefined)
 
-    const expire = (budget: RunState.Budget) => commit({ trigger: Trigger.Expire({ budget }) })
+    /**
+     * A budget ran out. A write whose outcome is not known is never shown as merely expired: the
+     * run ends `outcome_unknown` (to be reconciled); a pending approval expires with the run.
+     */
+    const expire = (budget: RunState.Budget) =>
+      Effect.gen(function*() {
+        const open = yield* operations.unsettled(runId)
+        if (open !== undefined) return yield* ToolCalls.loseOutcome({ commit }, open.id, `the ${budget} budget ran out while the outcome was unknown`)
+        const at = new Date(yield* Clock.currentTimeMillis)
+        return yield* commit({ trigger: Trigger.Expire({ budget }), also: operations.expirePending(runId, at) })
+      })
 
-    const revoked = (row: RunRow) => Effect.map(repo.keyActive(row.key_id), (ok) => !ok)
+    const revoked = (row: RunRow) => Effect.map(repo.authorizationActive(row), (ok) => !ok)
 
     // ---- the model calls and what they commit --------------------------------------------------
     /** `checked`: the key was just checked (before the start), which covers the first dispatch. */
@@ -85,6 +100,20 @@ export const run = (runId: string, options: ActorOptions) =>
         }
         const agent = context.value
         const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
+        const tools = yield* repo.toolsOf(agent.tool_ids)
+        const definitions = tools.map((t) => ({
+          name: t.name,
+          ...(t.description === null ? {} : { description: t.description }),
+          input_schema: t.input_schema
+        }))
+        const toolEnv: ToolCalls.ToolCallEnv = {
+          row,
+          tools,
+          cellGeneration: options.cellGeneration,
+          commit,
+          authorized: Effect.map(revoked(row), (r) => !r),
+          wakeAt: (at) => options.wakeAt(runId, at)
+        }
         for (let i = 0; i < budgets.maxSteps; i++) {
           if (!(checked && i === 0) && (yield* revoked(row))) {
             yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
@@ -95,10 +124,20 @@ export const run = (runId: string, options: ActorOptions) =>
             yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
             return
           }
+          // Calls the model proposed and nobody answered yet come first (after a restart too).
+          const pending = ToolCalls.unresolved(decoded.right)
+          if (pending.length > 0) {
+            for (const call of pending) {
+              if ((yield* ToolCalls.resolve(toolEnv, call)) === "stop") return
+            }
+            i--
+            continue
+          }
           const result = yield* engine.step({
             profile: { id: agent.model_profile_id, provider: agent.provider, model: agent.model, settings: agent.settings },
             credential,
             instructions: agent.instructions,
+            tools: definitions,
             conversation: decoded.right
           }).pipe(
             Effect.retry({
@@ -161,15 +200,24 @@ export const run = (runId: string, options: ActorOptions) =>
           true
         )
       }
-      // Tool execution comes with connections (issue 5): revisions have no tools yet, so a model
-      // that proposes a call anyway ends the run as a model error, with the step's usage counted.
+      // Proposed tool calls: recorded with the step; the loop resolves them before the next model call.
       return Effect.as(
         commit({
-          trigger: Trigger.Fail({ reason: "model_invalid_response" }),
-          data: { error: { type: "ModelInvalidResponse", message: "The model proposed a tool call, but the revision offers no tools" } },
+          trigger: Trigger.Message(),
+          data: {
+            role: "assistant",
+            content: result.text === undefined || result.text === "" ? [] : [{ type: "text", text: result.text }],
+            tool_calls: result.calls.map((c) => ({ tool_call_id: c.call_id, name: c.name, input: c.input })),
+            usage: { input_tokens: result.usage.input_tokens, output_tokens: result.usage.output_tokens },
+            ...providerRequestId
+          },
+          items: [
+            ...(result.text === undefined || result.text === "" ? [] : [{ type: "assistant_message", text: result.text }]),
+            ...result.calls.map((c) => ({ type: "tool_call", call_id: c.call_id, name: c.name, input: c.input }))
+          ],
           usage
         }),
-        true
+        false
       )
     }
 
@@ -209,6 +257,16 @@ export const run = (runId: string, options: ActorOptions) =>
         if (outcome !== "done") yield* expire(outcome)
       })
 
+    const phaseWaiting = (row: RunRow) =>
+      Effect.gen(function*() {
+        const approval = yield* operations.pendingOf(runId)
+        const now = yield* Clock.currentTimeMillis
+        const authorization = row.authorization_expires_at.getTime()
+        const approvalEnd = approval === undefined ? authorization : approval.expires_at.getTime()
+        if (Math.min(approvalEnd, authorization) > now) return yield* options.wakeAt(runId, new Date(Math.min(approvalEnd, authorization)))
+        yield* expire(authorization <= approvalEnd ? "authorization_expired" : "approval_expired")
+      })
+
     const row = yield* load
     if (!row) return
     switch (row.status) {
@@ -221,8 +279,12 @@ export const run = (runId: string, options: ActorOptions) =>
         // The process stopped before the cancel completed; nothing runs for this run any more.
         yield* commit({ trigger: Trigger.CompleteCancel() })
         return
+      case "requires_action":
+        // Nothing runs while a human decides: past the approval's expiry (or the run's
+        // authorization) the run expires; before it, the cell's alarm is set and the actor ends.
+        return yield* phaseWaiting(row)
       default:
-        // requires_action waits without an actor (issue 5); terminal runs need nothing.
+        // terminal runs need nothing.
         return
     }
   }).pipe(

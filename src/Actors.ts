@@ -1,0 +1,164 @@
+/**
+ * Actor sessions (D9, contract 5 rules 4-5): a service key cannot impersonate a user. A user's
+ * request carries, besides the key, an actor token made from an assertion the tenant's identity
+ * provider signed (`sub` = the user's `external_id`); the provider's issuer, audience and keys are
+ * environment settings (`PATCH P/settings`). Tokens live at most 5 minutes, are stored as a hash,
+ * are bound to the key that made them, and die with the user, the key or the environment.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect } from "effect"
+import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, type JWTVerifyGetKey, jwtVerify } from "jose"
+import { createHash, randomBytes } from "node:crypto"
+import { fetch as undiciFetch } from "undici"
+import { dieOnSqlError } from "./Database/Defects.js"
+import { conflict, forbidden, invalid, notFound } from "./Domain/Errors.js"
+import { makeId, toIso } from "./Domain/Ids.js"
+import type { CellRef, Principal } from "./Domain/Principal.js"
+import type { IdentityProvider } from "./Domain/Tools.js"
+import { Destinations } from "./Tools/Destinations.js"
+
+/** Contract part 8: an actor request token lives at most 5 minutes. */
+export const ACTOR_TOKEN_SECONDS = 300
+
+const hashToken = (token: string) => createHash("sha256").update(token).digest("hex")
+
+export interface Actor {
+  readonly type: "user"
+  readonly id: string
+}
+
+export class Actors extends Effect.Service<Actors>()("Actors", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const destinations = yield* Destinations
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    const remoteSets = new Map<string, JWTVerifyGetKey>()
+
+    const settingsRow = (cell: CellRef) =>
+      Effect.map(
+        sql<{ identity_provider: IdentityProvider | null; updated_at: Date }>`
+          SELECT identity_provider, updated_at FROM environment_settings
+          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`,
+        (rows) => rows[0]
+      )
+
+    const getSettings = (cell: CellRef) =>
+      Effect.map(settingsRow(cell), (row) => ({
+        object: "settings" as const,
+        identity_provider: row?.identity_provider ?? null,
+        updated_at: row === undefined ? null : toIso(row.updated_at)
+      }))
+
+    const checkProvider = (idp: IdentityProvider) =>
+      Effect.gen(function*() {
+        if ((idp.jwks === undefined) === (idp.jwks_url === undefined)) {
+          return yield* invalid("parameter_invalid", "identity_provider: give exactly one of jwks and jwks_url", "identity_provider")
+        }
+        if (idp.jwks_url !== undefined) yield* destinations.checkRegistration(idp.jwks_url, "identity_provider.jwks_url")
+        if (idp.jwks !== undefined) {
+          const ok = yield* Effect.sync(() => {
+            try {
+              createLocalJWKSet(idp.jwks as JSONWebKeySet)
+              return idp.jwks!.keys.length > 0
+            } catch {
+              return false
+            }
+          })
+          if (!ok) return yield* invalid("parameter_invalid", "identity_provider.jwks: not a usable JSON Web Key Set", "identity_provider.jwks")
+        }
+      })
+
+    const updateSettings = (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) =>
+      Effect.gen(function*() {
+        if (body.identity_provider) yield* checkProvider(body.identity_provider)
+        const at = yield* now
+        if (body.identity_provider !== undefined) {
+          const value = body.identity_provider === null ? null : JSON.stringify(body.identity_provider)
+          yield* sql`
+            INSERT INTO environment_settings (tenant_id, environment, identity_provider, updated_at)
+            VALUES (${cell.tenantId}, ${cell.environment}, ${value}::jsonb, ${at})
+            ON CONFLICT (tenant_id, environment) DO UPDATE SET identity_provider = EXCLUDED.identity_provider,
+                                                               updated_at = EXCLUDED.updated_at`
+        }
+        return yield* getSettings(cell)
+      })
+
+    const keySetOf = (idp: IdentityProvider): JWTVerifyGetKey => {
+      if (idp.jwks !== undefined) return createLocalJWKSet(idp.jwks as JSONWebKeySet)
+      let set = remoteSets.get(idp.jwks_url!)
+      if (set === undefined) {
+        set = createRemoteJWKSet(new URL(idp.jwks_url!), {
+          [customFetch]: (url: string, options: any) => undiciFetch(url, { ...options, dispatcher: destinations.dispatcher }) as any
+        })
+        remoteSets.set(idp.jwks_url!, set)
+      }
+      return set
+    }
+
+    /** `POST P/actor-sessions`: a 5-minute actor token for the user the assertion names. */
+    const createSession = (p: Principal, body: { user_id: string; assertion: string }) =>
+      Effect.gen(function*() {
+        const settings = yield* settingsRow(p)
+        const idp = settings?.identity_provider
+        if (!idp) {
+          return yield* conflict("identity_provider_not_configured", "This environment has no identity provider; set one with PATCH settings")
+        }
+        const [user] = yield* sql<{ id: string; external_id: string | null; status: string }>`
+          SELECT id, external_id, status FROM users
+          WHERE id = ${body.user_id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`
+        if (!user || user.status !== "active") return yield* notFound("user", "user_id")
+        const at = yield* now
+        const verified = yield* Effect.tryPromise({
+          try: () => jwtVerify(body.assertion, keySetOf(idp), {
+            issuer: idp.issuer,
+            audience: idp.audience,
+            currentDate: at,
+            requiredClaims: ["sub", "exp"]
+          }),
+          catch: (e) => e
+        }).pipe(Effect.mapError((e: any) =>
+          forbidden("invalid_assertion", `The assertion was not accepted: ${e?.code ?? "invalid"}${e?.message ? ` (${e.message})` : ""}`)
+        ))
+        if (verified.payload.sub !== user.external_id) {
+          return yield* forbidden("invalid_assertion", "The assertion's subject is not this user's external_id")
+        }
+        const expires = new Date(Math.min(at.getTime() + ACTOR_TOKEN_SECONDS * 1000, verified.payload.exp! * 1000))
+        const token = `act_${randomBytes(32).toString("base64url")}`
+        const id = yield* makeId("as")
+        yield* sql`
+          INSERT INTO actor_sessions (id, tenant_id, environment, user_id, key_id, token_hash, expires_at, created_at)
+          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${user.id}, ${p.keyId}, ${hashToken(token)}, ${expires}, ${at})`
+        return { id, object: "actor_session" as const, user_id: user.id, token, expires_at: toIso(expires) }
+      })
+
+    /**
+     * The acting user of a request: `X-Actor-Token` must be a live token of this key's tenant and
+     * environment, made with a key that still works, for a user that still exists. Missing: 403
+     * `actor_required`; anything else wrong: 403 `actor_token_invalid`.
+     */
+    const requireActor = (p: Principal, token: string | undefined) =>
+      Effect.gen(function*() {
+        if (token === undefined || token === "") {
+          return yield* forbidden("actor_required", "This action needs a user: send an actor token in X-Actor-Token")
+        }
+        const at = yield* now
+        const [row] = yield* sql<{ user_id: string }>`
+          SELECT s.user_id FROM actor_sessions s
+          JOIN users u ON u.id = s.user_id AND u.status = 'active'
+          JOIN api_keys k ON k.id = s.key_id AND k.revoked_at IS NULL
+          WHERE s.token_hash = ${hashToken(token)} AND s.tenant_id = ${p.tenantId} AND s.environment = ${p.environment}
+            AND s.expires_at > ${at}`
+        if (!row) return yield* forbidden("actor_token_invalid", "The actor token is unknown, expired, or its user or key is no longer active")
+        return { type: "user", id: row.user_id } satisfies Actor
+      })
+
+    return {
+      getSettings: (cell: CellRef) => dieOnSqlError(getSettings(cell)),
+      updateSettings: (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) =>
+        dieOnSqlError(updateSettings(cell, body)),
+      createSession: (p: Principal, body: { user_id: string; assertion: string }) => dieOnSqlError(createSession(p, body)),
+      requireActor: (p: Principal, token: string | undefined) => dieOnSqlError(requireActor(p, token))
+    } as const
+  }),
+  dependencies: [Destinations.Default]
+}) {}

@@ -1,0 +1,167 @@
+/**
+ * Customer tool connections, tools, approvals, actor sessions and environment settings
+ * (contract 2.3, 3.2, 4.1; D9, D10, D12). Fields the contract does not show are ours.
+ */
+import { Schema } from "effect"
+import { Timestamp } from "./Ids.js"
+
+const Name = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+/** A tool name as the model sees it: providers accept `^[a-zA-Z0-9_-]{1,64}$` (no dots). */
+export const OperationName = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, {
+    message: () => "must be 1 to 64 letters, digits, '_' or '-' (the name the model calls the tool by)"
+  })
+)
+const JsonSchemaObject = Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({
+  description: "A JSON Schema (2020-12) object"
+})
+const OperationPath = Schema.String.pipe(
+  Schema.pattern(/^\/[^\s?#]*$/, { message: () => "must be a path starting with '/' (no query or fragment)" }),
+  Schema.maxLength(1000)
+)
+
+export const Operation = Schema.Struct({
+  name: OperationName,
+  description: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))),
+  effect: Schema.Literal("read", "write"),
+  path: OperationPath,
+  reconciliation_path: Schema.optional(OperationPath.annotations({
+    description: "For writes (required there): may contain the placeholder {operation_id}"
+  })),
+  input_schema: JsonSchemaObject,
+  output_schema: JsonSchemaObject
+}).annotations({ identifier: "ConnectionOperation" })
+export type Operation = typeof Operation.Type
+
+export const CreateConnection = Schema.Struct({
+  name: Name,
+  type: Schema.Literal("customer_https"),
+  owner: Schema.Struct({ type: Schema.Literal("tenant") }),
+  base_url: Schema.String.pipe(Schema.maxLength(2000)).annotations({
+    description: "Public HTTPS URL; localhost, private, link-local and metadata destinations are refused (400 destination_refused)"
+  }),
+  authentication: Schema.Struct({ type: Schema.Literal("service_signed_request") }),
+  operations: Schema.Array(Operation).pipe(Schema.minItems(1), Schema.maxItems(64))
+}).annotations({ identifier: "CreateConnection" })
+export type CreateConnection = typeof CreateConnection.Type
+
+export const ConnectionStatus = Schema.Literal("pending_review", "active", "rejected")
+
+export const Connection = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("connection"),
+  name: Schema.String,
+  type: Schema.Literal("customer_https"),
+  owner: Schema.Struct({ type: Schema.Literal("tenant") }),
+  base_url: Schema.String,
+  authentication: Schema.Struct({ type: Schema.Literal("service_signed_request") }),
+  operations: Schema.Array(Operation),
+  status: ConnectionStatus,
+  review_note: Schema.NullOr(Schema.String),
+  reviewed_at: Schema.NullOr(Timestamp),
+  tool_ids: Schema.Array(Schema.String).annotations({ description: "One immutable tool id per operation, once approved" }),
+  created_at: Timestamp,
+  updated_at: Timestamp
+}).annotations({ identifier: "Connection" })
+
+export const Tool = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("tool"),
+  connection_id: Schema.String,
+  name: Schema.String,
+  description: Schema.NullOr(Schema.String),
+  effect: Schema.Literal("read", "write"),
+  url: Schema.String.annotations({ description: "The exact URL the service calls (the token's `aud`)" }),
+  reconciliation_url: Schema.NullOr(Schema.String),
+  input_schema: JsonSchemaObject,
+  output_schema: JsonSchemaObject,
+  created_at: Timestamp
+}).annotations({ identifier: "Tool" })
+export type Tool = typeof Tool.Type
+
+export const ToolListParams = Schema.Struct({
+  connection_id: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)))
+})
+
+export const ReviewConnection = Schema.Struct({
+  decision: Schema.Literal("approve", "reject"),
+  note: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
+}).annotations({ identifier: "ReviewConnection" })
+
+// ---- approvals (D9) ------------------------------------------------------------------------
+
+export const ApprovalStatus = Schema.Literal("pending", "approved", "denied", "expired")
+
+const ActorRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
+
+export const Approval = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("approval"),
+  run_id: Schema.String,
+  tool_call_id: Schema.String,
+  status: ApprovalStatus,
+  operation: Schema.Struct({
+    tool_id: Schema.String,
+    connection_id: Schema.String,
+    name: Schema.String,
+    effect: Schema.Literal("write")
+  }),
+  input: Schema.Unknown.annotations({ description: "The exact input the write will be called with" }),
+  destination_url: Schema.String,
+  agent_revision_id: Schema.String,
+  reason: Schema.NullOr(Schema.String),
+  decided_by: Schema.NullOr(ActorRef),
+  created_at: Timestamp,
+  expires_at: Timestamp,
+  decided_at: Schema.NullOr(Timestamp)
+}).annotations({ identifier: "Approval" })
+export type Approval = typeof Approval.Type
+
+export const ApprovalListParams = Schema.Struct({
+  status: Schema.optional(ApprovalStatus),
+  run_id: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)))
+})
+
+export const ApprovalDecision = Schema.Struct({
+  decision: Schema.Literal("approve", "deny"),
+  reason: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
+}).annotations({ identifier: "ApprovalDecision" })
+
+// ---- actor sessions and settings (D9, D16) --------------------------------------------------
+
+export const CreateActorSession = Schema.Struct({
+  user_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
+  assertion: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(16_384)).annotations({
+    description: "A JWT signed by the environment's identity provider; `sub` is the user's external_id"
+  })
+}).annotations({ identifier: "CreateActorSession" })
+
+export const ActorSession = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("actor_session"),
+  user_id: Schema.String,
+  token: Schema.NullOr(Schema.String).annotations({ description: "Shown once; send it as X-Actor-Token" }),
+  expires_at: Timestamp
+}).annotations({ identifier: "ActorSession" })
+
+const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })
+
+export const IdentityProvider = Schema.Struct({
+  issuer: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  audience: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  jwks: Schema.optional(Jwks).annotations({ description: "The provider's public keys, inline" }),
+  jwks_url: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))).annotations({
+    description: "Or where to fetch them (HTTPS; the destination checks of connections apply)"
+  })
+}).annotations({ identifier: "IdentityProvider" })
+export type IdentityProvider = typeof IdentityProvider.Type
+
+export const EnvironmentSettings = Schema.Struct({
+  object: Schema.Literal("settings"),
+  identity_provider: Schema.NullOr(IdentityProvider),
+  updated_at: Schema.NullOr(Timestamp)
+}).annotations({ identifier: "EnvironmentSettings" })
+
+export const UpdateSettings = Schema.Struct({
+  identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
+}).annotations({ identifier: "UpdateSettings" })

@@ -1,0 +1,75 @@
+/**
+ * Later reconciliation (contract 3.1 rule 3, 4.1.3): writes left `unknown` (their runs ended
+ * `outcome_unknown`) are asked about again through their reconciliation path every
+ * RECONCILE_RETRY_SECONDS. A definitive answer (`succeeded`, `failed`, `not_found`) settles the
+ * operation and adds a `run.reconciled` receipt to the run; its status and its historic events
+ * stay as they were. Nothing is ever replayed.
+ */
+import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
+import { Trigger } from "../Domain/RunState.js"
+import { RunsRepo } from "../Runs/Repo.js"
+import { Settings } from "../Settings.js"
+import { joinUrl, type ToolRow } from "../Tools.js"
+import { Invoker } from "../Tools/Invoker.js"
+import { OperationsRepo } from "../Tools/Operations.js"
+import { Cells } from "./Cells.js"
+import { GetGeneration } from "./CellProtocol.js"
+import { reconcileOnce } from "./ToolCalls.js"
+
+export const reconcileDue = Effect.gen(function*() {
+  const operations = yield* OperationsRepo
+  const runs = yield* RunsRepo
+  const invoker = yield* Invoker
+  const cells = yield* Cells
+  const settings = yield* Settings
+  const now = yield* Clock.currentTimeMillis
+  const due = yield* operations.dueForReconciliation(new Date(now), 50)
+  for (const op of due) {
+    const run = yield* runs.run(op.run_id)
+    const [tool] = yield* runs.toolsOf([op.tool_id]) as Effect.Effect<ReadonlyArray<ToolRow>, any>
+    if (run._tag === "None" || tool === undefined || tool.reconciliation_path === null) continue
+    const cell = { tenantId: op.tenant_id, environment: op.environment as any }
+    const answer = yield* reconcileOnce(
+      invoker,
+      joinUrl(tool.base_url, tool.reconciliation_path.replaceAll("{operation_id}", encodeURIComponent(op.id))),
+      {
+        cell,
+        actor: run.value.user_id === null ? { type: "api_key", id: run.value.key_id } : { type: "user", id: run.value.user_id },
+        operationId: op.id,
+        cellGeneration: yield* cells.send(cell, new GetGeneration()),
+        runId: op.run_id,
+        toolId: op.tool_id
+      },
+      op.id
+    )
+    const at = new Date(yield* Clock.currentTimeMillis)
+    if (answer._tag !== "Settled") {
+      const backoff = Math.min(settings.tools.reconcileRetrySeconds * 2 ** Math.min(op.attempts, 6), 6 * 3600)
+      yield* operations.postpone(op.id, new Date(at.getTime() + backoff * 1000))
+      continue
+    }
+    const receipt = yield* runs.commitAll(op.run_id, [{
+      trigger: Trigger.Reconcile(),
+      data: {
+        operation_id: op.id,
+        tool_call_id: op.tool_call_id,
+        tool_id: op.tool_id,
+        status: answer.status,
+        ...(answer.output === undefined ? {} : { output: answer.output })
+      },
+      also: operations.settleOperation(op.id, answer.status, at, answer.status === "succeeded" ? { output: answer.output } : {})
+    }])
+    if (Either.isLeft(receipt)) yield* Effect.logWarning("reconciliation receipt refused", { operation_id: op.id })
+  }
+  return due.length
+}).pipe(Effect.withSpan("Reconciler.reconcileDue"))
+
+/** The background loop (one per process; every replica may run it: settling is idempotent). */
+export const ReconcilerLive = Layer.scopedDiscard(
+  Effect.flatMap(Settings, (settings) =>
+    reconcileDue.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("reconciliation pass failed", cause)),
+      Effect.repeat(Schedule.spaced(Duration.seconds(settings.tools.reconcileRetrySeconds))),
+      Effect.forkScoped
+    ))
+)

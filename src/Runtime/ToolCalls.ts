@@ -1,0 +1,295 @@
+/**
+ * How a run actor resolves the tool calls a model proposed (contract 3.1, 4.1; D7, D9, D10).
+ *
+ * The conversation items are the record: a `tool_call` item without its `tool_result` is a call
+ * still to resolve, so an actor restarted at any point continues where the database says.
+ *
+ * - A read is validated against its input schema, called (signed), its output validated, and the
+ *   result (or the error) goes back to the agent.
+ * - A write first needs a human: an approval is created with the run's `requires_action` commit,
+ *   and the actor stops (nothing is held while a human decides; the cell's alarm or the decision
+ *   revives it). Once approved, revocation is checked again, the operation id is committed, and
+ *   the write is called exactly once, uninterruptibly (a cancel does not undo an accepted write).
+ *   An ambiguous outcome is never replayed: the reconciliation path is asked; `pending` is asked
+ *   again within the budget; no answer -> the run ends `outcome_unknown` and a background
+ *   reconciliation adds a `run.reconciled` receipt later.
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, Duration, Effect } from "effect"
+import { Trigger } from "../Domain/RunState.js"
+import type { ConversationItem } from "../Models/StepEngine.js"
+import type { Commit, RunRow, UsageRecordInput } from "../Runs/Repo.js"
+import { Settings } from "../Settings.js"
+import { joinUrl, type ToolRow } from "../Tools.js"
+import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
+import { validate } from "../Tools/JsonSchemas.js"
+import { OperationsRepo } from "../Tools/Operations.js"
+import { makeId } from "../Domain/Ids.js"
+
+export type ProposedCall = Extract<ConversationItem, { type: "tool_call" }>
+
+/** What the actor does after a call: go on, or stop (waiting for a human, or the run is over). */
+export type Next = "continue" | "stop"
+
+export interface ToolCallEnv {
+  readonly row: RunRow
+  readonly tools: ReadonlyArray<ToolRow>
+  readonly cellGeneration: number
+  /** Commits to the run; false when the state machine refused (someone else changed the run). */
+  readonly commit: (...commits: ReadonlyArray<Commit>) => Effect.Effect<boolean, SqlError>
+  /** Whether the run's key and user may still dispatch. */
+  readonly authorized: Effect.Effect<boolean, SqlError>
+  /** Asks the cell to revive the actor at this time (approval expiry). */
+  readonly wakeAt: (at: Date) => Effect.Effect<void>
+}
+
+/** Tool calls proposed but not yet answered, in order. */
+export const unresolved = (items: ReadonlyArray<ConversationItem>): ReadonlyArray<ProposedCall> => {
+  const answered = new Set(items.flatMap((i) => (i.type === "tool_result" ? [i.call_id] : [])))
+  return items.filter((i): i is ProposedCall => i.type === "tool_call" && !answered.has(i.call_id))
+}
+
+const result = (call: ProposedCall, output: unknown, isError: boolean) => ({
+  type: "tool_result" as const,
+  call_id: call.call_id,
+  name: call.name,
+  output,
+  is_error: isError
+})
+
+const toolUsage = (tool: ToolRow): UsageRecordInput => ({
+  kind: "tool_call",
+  tool_id: tool.id,
+  input_tokens: 0,
+  output_tokens: 0
+})
+
+const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
+  Effect.gen(function*() {
+    const invoker = yield* Invoker
+    const operations = yield* OperationsRepo
+    const settings = yield* Settings
+    const { row } = env
+    const tool = env.tools.find((t) => t.name === call.name)
+    const callData = { tool_call_id: call.call_id, name: call.name }
+
+    const fail = (error: { type: string; message: string }, extra: Partial<Commit> = {}) =>
+      Effect.as(
+        env.commit({
+          trigger: Trigger.ToolCallFailed(),
+          data: { ...callData, ...(tool ? { tool_id: tool.id } : {}), error },
+          items: [result(call, { error }, true)],
+          ...extra
+        }),
+        "continue" as Next
+      )
+
+    if (tool === undefined) {
+      return yield* fail({ type: "unknown_tool", message: `The agent has no tool named "${call.name}"` })
+    }
+    const inputProblem = validate(tool.input_schema, call.input)
+    if (inputProblem !== undefined) {
+      return yield* fail({ type: "invalid_input", message: `The input does not match the tool's input schema: ${inputProblem}` })
+    }
+    const url = joinUrl(tool.base_url, tool.path)
+    const body = JSON.stringify(call.input)
+    const context = (operationId: string): CallContext => ({
+      cell: { tenantId: row.tenant_id, environment: row.environment as any },
+      actor: row.user_id === null ? { type: "api_key", id: row.key_id } : { type: "user", id: row.user_id },
+      operationId,
+      cellGeneration: env.cellGeneration,
+      runId: row.id,
+      toolId: tool.id
+    })
+
+    /** The tool's answer to the agent (output validated), or a tool error; with the usage record. */
+    const settle = (outcome: CallOutcome, also?: (ok: boolean, output: unknown, error?: unknown) => Effect.Effect<unknown, SqlError>) => {
+      if (outcome._tag === "Ok") {
+        const problem = validate(tool.output_schema, outcome.body)
+        if (problem === undefined) {
+          return Effect.as(
+            env.commit({
+              trigger: Trigger.ToolCallCompleted(),
+              data: { ...callData, tool_id: tool.id, output: outcome.body },
+              items: [result(call, outcome.body, false)],
+              usage: [toolUsage(tool)],
+              ...(also ? { also: also(true, outcome.body) } : {})
+            }),
+            "continue" as Next
+          )
+        }
+        const error = { type: "invalid_output", message: `The tool's answer does not match its output schema: ${problem}` }
+        return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(true, outcome.body, error) } : {}) })
+      }
+      const error = outcome._tag === "Rejected"
+        ? { type: "tool_error", message: outcome.message, status: outcome.status, ...(outcome.body === undefined ? {} : { body: outcome.body }) }
+        : { type: outcome._tag === "NotSent" ? "tool_unreachable" : "tool_error", message: outcome.message }
+      return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(false, undefined, error) } : {}) })
+    }
+
+    // ---- reads ---------------------------------------------------------------------------
+    if (tool.effect === "read") {
+      if (!(yield* env.authorized)) {
+        yield* env.commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+        return "stop" as Next
+      }
+      const started = yield* env.commit({
+        trigger: Trigger.ToolCallStarted(),
+        data: { ...callData, tool_id: tool.id, effect: "read", input: call.input }
+      })
+      if (!started) return "stop" as Next
+      const outcome = yield* invoker.invoke(url, body, context(yield* makeId("op")))
+      return yield* settle(outcome)
+    }
+
+    // ---- writes: an approval first -------------------------------------------------------
+    const approval = yield* operations.approvalFor(row.id, call.call_id)
+    if (approval === undefined) {
+      const at = yield* now
+      const expires = new Date(Math.min(
+        at.getTime() + settings.runs.approvalSeconds * 1000,
+        row.authorization_expires_at.getTime()
+      ))
+      const approvalId = yield* makeId("apr")
+      const details = {
+        approval_id: approvalId,
+        tool_call_id: call.call_id,
+        operation: { tool_id: tool.id, connection_id: tool.connection_id, name: tool.name, effect: "write" as const },
+        input: call.input,
+        destination_url: url,
+        agent_revision_id: row.agent_revision_id,
+        expires_at: expires.toISOString()
+      }
+      const waiting = yield* env.commit({
+        trigger: Trigger.RequireAction(),
+        data: { required_action: { type: "approval", ...details } },
+        requiredAction: { type: "approval", ...details },
+        also: operations.insertApproval({
+          id: approvalId,
+          tenant_id: row.tenant_id,
+          environment: row.environment,
+          run_id: row.id,
+          tool_call_id: call.call_id,
+          tool_id: tool.id,
+          operation: details.operation,
+          input: call.input,
+          destination_url: url,
+          agent_revision_id: row.agent_revision_id,
+          created_at: at,
+          expires_at: expires
+        })
+      })
+      if (waiting) yield* env.wakeAt(expires)
+      return "stop" as Next
+    }
+    if (approval.status !== "approved") {
+      // pending: woken early (the run is requires_action; the actor only keeps the alarm);
+      // denied/expired answers were committed with the decision.
+      if (approval.status === "pending") yield* env.wakeAt(approval.expires_at)
+      return "stop" as Next
+    }
+
+    // ---- an approved write: exactly once ---------------------------------------------------
+    let operation = yield* operations.operationFor(row.id, call.call_id)
+    if (operation === undefined) {
+      if (!(yield* env.authorized)) {
+        yield* env.commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+        return "stop" as Next
+      }
+      const operationId = yield* makeId("op")
+      const at = yield* now
+      const dispatched = yield* env.commit({
+        trigger: Trigger.ToolCallStarted(),
+        data: { ...callData, tool_id: tool.id, effect: "write", input: call.input, operation_id: operationId, approval_id: approval.id },
+        also: operations.insertOperation({
+          id: operationId,
+          tenant_id: row.tenant_id,
+          environment: row.environment,
+          run_id: row.id,
+          tool_call_id: call.call_id,
+          tool_id: tool.id,
+          approval_id: approval.id,
+          at
+        })
+      })
+      if (!dispatched) return "stop" as Next
+      // The call and the record of its answer are one uninterruptible step: a cancel (or a
+      // budget) arriving meanwhile waits for it, and does not undo it.
+      const outcome = yield* Effect.uninterruptible(invoker.invoke(url, body, context(operationId)))
+      if (outcome._tag !== "Ambiguous") {
+        const settledAt = yield* now
+        return yield* Effect.uninterruptible(settle(outcome, (ok, output, error) =>
+          operations.settleOperation(operationId, ok ? "succeeded" : "failed", settledAt, { output, error })))
+      }
+      yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
+      operation = { id: operationId, run_id: row.id, tool_call_id: call.call_id, tool_id: tool.id, status: "dispatched", output: null, attempts: 1, next_reconcile_at: null }
+    }
+    if (operation.status !== "dispatched") return "continue" as Next // settled by a commit that also answered the call
+
+    // ---- an ambiguous (or interrupted) write: reconcile, never replay ---------------------------
+    if (tool.reconciliation_path === null) return yield* loseOutcome(env, operation.id, "no reconciliation path")
+    const reconcileUrl = joinUrl(tool.base_url, tool.reconciliation_path.replaceAll("{operation_id}", encodeURIComponent(operation.id)))
+    let failures = 0
+    while (true) {
+      const answer = yield* reconcileOnce(invoker, reconcileUrl, context(operation.id), operation.id)
+      if (answer._tag === "Settled") {
+        const settledAt = yield* now
+        const opId = operation.id
+        if (answer.status === "succeeded") {
+          return yield* settle(CallOutcome.Ok({ status: 200, body: answer.output }), (_ok, output, error) =>
+            operations.settleOperation(opId, "succeeded", settledAt, { output, error }))
+        }
+        const error = { type: "write_not_applied", message: `Reconciliation says the write ${answer.status === "failed" ? "failed" : "was not found"}` }
+        return yield* fail(error, { usage: [toolUsage(tool)], also: operations.settleOperation(opId, answer.status, settledAt, { error }) })
+      }
+      if (answer._tag === "Unknown" && ++failures >= 3) return yield* loseOutcome(env, operation.id, answer.message)
+      // pending (or a failed attempt): ask again, within the run's budget
+      yield* Effect.sleep(Duration.seconds(settings.tools.reconcilePollSeconds))
+    }
+  })
+
+type Reconciled =
+  | { readonly _tag: "Settled"; readonly status: "succeeded" | "failed" | "not_found"; readonly output: unknown }
+  | { readonly _tag: "Pending" }
+  | { readonly _tag: "Unknown"; readonly message: string }
+
+/** One signed call of the reconciliation path, read per contract 2.3. */
+export const reconcileOnce = (
+  invoker: Invoker,
+  url: string,
+  context: CallContext,
+  operationId: string
+): Effect.Effect<Reconciled> =>
+  Effect.map(invoker.reconcile(url, context), (outcome): Reconciled => {
+    if (outcome._tag !== "Ok") return { _tag: "Unknown", message: outcome.message }
+    const body = outcome.body as { operation_id?: unknown; status?: unknown; output?: unknown }
+    if (body?.operation_id !== operationId) return { _tag: "Unknown", message: "the reconciliation answer names another operation" }
+    switch (body.status) {
+      case "succeeded":
+      case "failed":
+      case "not_found":
+        return { _tag: "Settled", status: body.status, output: body.output }
+      case "pending":
+        return { _tag: "Pending" }
+      default:
+        return { _tag: "Unknown", message: `unknown reconciliation status ${JSON.stringify(body.status)}` }
+    }
+  })
+
+/** The write may have happened and nobody can say: the run ends `outcome_unknown`. */
+export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: string, message: string) =>
+  Effect.gen(function*() {
+    const operations = yield* OperationsRepo
+    const settings = yield* Settings
+    const at = yield* now
+    yield* env.commit({
+      trigger: Trigger.LoseOutcome({ reason: "write_outcome_unknown" }),
+      data: { operation_id: operationId, message },
+      also: operations.settleOperation(operationId, "unknown", at, {
+        nextReconcileAt: new Date(at.getTime() + settings.tools.reconcileRetrySeconds * 1000)
+      })
+    })
+    return "stop" as Next
+  })

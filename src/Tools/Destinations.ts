@@ -1,0 +1,34 @@
+/**
+ * The destination guard as a service (D10): the operator's `DESTINATION_ALLOWLIST`, parsed once at
+ * start (a malformed entry stops the start), the registration check (400 `destination_refused`),
+ * and the one HTTP dispatcher every tool call goes through (it checks the address each socket
+ * actually connects to and follows no redirects).
+ */
+import { Effect } from "effect"
+import { invalid } from "../Domain/Errors.js"
+import { Settings } from "../Settings.js"
+import * as Destination from "./Destination.js"
+
+export class Destinations extends Effect.Service<Destinations>()("Destinations", {
+  scoped: Effect.gen(function*() {
+    const settings = yield* Settings
+    const allowlist = yield* Effect.try({
+      try: () => Destination.parseAllowlist(settings.tools.destinationAllowlist),
+      catch: (e) => new Error(`DESTINATION_ALLOWLIST: ${e instanceof Error ? e.message : String(e)}`)
+    }).pipe(Effect.orDie)
+    const dispatcher = Destination.guardedDispatcher(allowlist)
+    yield* Effect.addFinalizer(() => Effect.promise(() => dispatcher.close()).pipe(Effect.ignore))
+
+    /** A URL a connection (or identity provider) may be registered with, else 400 `destination_refused`. */
+    const checkRegistration = (url: string, param: string) =>
+      Effect.gen(function*() {
+        const checked = Destination.checkUrl(url, allowlist)
+        if (!checked.ok) return yield* invalid("destination_refused", `${param}: ${checked.reason}`, param)
+        const reason = yield* Effect.promise(() => Destination.resolveAndCheck(checked.url.hostname, allowlist))
+        if (reason !== undefined) return yield* invalid("destination_refused", `${param}: ${reason}`, param)
+        return checked.url
+      })
+
+    return { allowlist, dispatcher, checkRegistration } as const
+  })
+}) {}

@@ -1,0 +1,177 @@
+/**
+ * Signed tool invocations (D10, contract 5 rule 6): each cell (tenant/environment) has its own
+ * Ed25519 key; the private half is encrypted at rest with `Secrets` (bound to the key id), the
+ * public half is published at `GET P/jwks.json`. A cell's first key is made on first use; rotation
+ * (operator, D17) retires the active key but keeps it published until every token it signed has
+ * expired (token life + a minute of clock skew).
+ *
+ * Tokens: header `{alg:"EdDSA", kid, typ:"tool-invocation+jwt"}`; claims exactly as D10 (`iss`,
+ * `aud` = the exact URL called, `sub`, `iat`, `exp` <= 60 s later, `jti`, `tenant_id`,
+ * `environment`, `actor`, `operation_id`, `input_digest`, `cell_generation`, `run_id`, `tool_id`).
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option, Redacted } from "effect"
+import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK, SignJWT } from "jose"
+import { createHash, randomBytes } from "node:crypto"
+import { dieOnSqlError } from "../Database/Defects.js"
+import { notFound } from "../Domain/Errors.js"
+import type { CellRef } from "../Domain/Principal.js"
+import { Secrets } from "../Secrets.js"
+import { Settings } from "../Settings.js"
+
+/** Seconds a retired key stays published beyond the life of the last token it signed. */
+const CLOCK_SKEW_SECONDS = 60
+
+/** `sha-256=` + base64url of the SHA-256 of the exact body bytes (D10 `input_digest`). */
+export const inputDigest = (body: Uint8Array | string): string =>
+  `sha-256=${createHash("sha256").update(body).digest("base64url")}`
+
+export interface InvocationClaims {
+  readonly audience: string
+  readonly actor: { readonly type: string; readonly id: string }
+  readonly operationId: string
+  readonly inputDigest: string
+  readonly cellGeneration: number
+  readonly runId: string
+  readonly toolId: string
+}
+
+interface KeyRow {
+  readonly kid: string
+  readonly public_jwk: JWK
+  readonly private_ciphertext: Uint8Array
+  readonly private_iv: Uint8Array
+  readonly private_tag: Uint8Array
+}
+
+export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const secrets = yield* Secrets
+    const settings = yield* Settings
+    const issuer = Option.getOrElse(
+      Option.orElse(settings.tools.issuer, () => settings.publicBaseUrl),
+      () => `http://${settings.host}:${settings.port}`
+    )
+    /** Imported private keys by kid: a key never changes once made. */
+    const imported = new Map<string, CryptoKey>()
+
+    const newKey = (cell: CellRef, at: Date) =>
+      Effect.gen(function*() {
+        const { privateKey, publicKey } = yield* Effect.promise(() =>
+          generateKeyPair("EdDSA", { crv: "Ed25519", extractable: true })
+        )
+        const kid = `sk_${randomBytes(12).toString("base64url")}`
+        const publicJwk = { ...(yield* Effect.promise(() => exportJWK(publicKey))), kid, alg: "EdDSA", use: "sig" }
+        const privateJwk = yield* Effect.promise(() => exportJWK(privateKey))
+        const sealed = yield* secrets.encrypt(JSON.stringify(privateJwk), kid)
+        yield* sql`
+          INSERT INTO signing_keys (kid, tenant_id, environment, public_jwk, private_ciphertext, private_iv, private_tag, created_at)
+          VALUES (${kid}, ${cell.tenantId}, ${cell.environment}, ${JSON.stringify(publicJwk)}::jsonb,
+                  ${sealed.ciphertext}, ${sealed.iv}, ${sealed.tag}, ${at})
+          ON CONFLICT DO NOTHING`
+      })
+
+    const activeRow = (cell: CellRef) =>
+      Effect.map(
+        sql<KeyRow>`SELECT kid, public_jwk, private_ciphertext, private_iv, private_tag FROM signing_keys
+                    WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND retired_at IS NULL`,
+        (rows) => rows[0]
+      )
+
+    /** The cell's active key, made on first use (a racing maker loses on the unique index). */
+    const active = (cell: CellRef) =>
+      Effect.gen(function*() {
+        let row = yield* activeRow(cell)
+        if (row === undefined) {
+          yield* newKey(cell, new Date(yield* Clock.currentTimeMillis))
+          row = yield* activeRow(cell)
+        }
+        if (row === undefined) return yield* Effect.dieMessage("no active signing key after creating one")
+        let key = imported.get(row.kid)
+        if (key === undefined) {
+          const plain = yield* Effect.orDie(secrets.decrypt({
+            ciphertext: row.private_ciphertext,
+            iv: row.private_iv,
+            tag: row.private_tag
+          }, row.kid))
+          const jwk = JSON.parse(Redacted.value(plain)) as JWK
+          key = (yield* Effect.promise(() => importJWK(jwk, "EdDSA"))) as CryptoKey
+          imported.set(row.kid, key)
+        }
+        return { kid: row.kid, key }
+      })
+
+    /** A signed invocation token for one call. */
+    const sign = (cell: CellRef, claims: InvocationClaims) =>
+      Effect.gen(function*() {
+        const { key, kid } = yield* active(cell)
+        const now = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+        return yield* Effect.promise(() =>
+          new SignJWT({
+            tenant_id: cell.tenantId,
+            environment: cell.environment,
+            actor: { type: claims.actor.type, id: claims.actor.id },
+            operation_id: claims.operationId,
+            input_digest: claims.inputDigest,
+            cell_generation: claims.cellGeneration,
+            run_id: claims.runId,
+            tool_id: claims.toolId
+          })
+            .setProtectedHeader({ alg: "EdDSA", kid, typ: "tool-invocation+jwt" })
+            .setIssuer(issuer)
+            .setAudience(claims.audience)
+            .setSubject(claims.actor.id)
+            .setIssuedAt(now)
+            .setExpirationTime(now + settings.tools.tokenSeconds)
+            .setJti(randomBytes(16).toString("base64url"))
+            .sign(key)
+        )
+      })
+
+    /** The published key set: the active key and retired keys still within their overlap. */
+    const jwks = (cell: CellRef) =>
+      Effect.gen(function*() {
+        yield* active(cell) // a cell publishes its key before it first signs
+        const now = new Date(yield* Clock.currentTimeMillis)
+        const rows = yield* sql<{ public_jwk: JWK }>`
+          SELECT public_jwk FROM signing_keys
+          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
+            AND (retired_at IS NULL OR publish_until > ${now})
+          ORDER BY created_at DESC`
+        return { keys: rows.map((r) => r.public_jwk) }
+      })
+
+    /** Retires the active key (published until its tokens expired) and makes a new one. */
+    const rotate = (cell: CellRef) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const publishUntil = new Date(now + (settings.tools.tokenSeconds + CLOCK_SKEW_SECONDS) * 1000)
+        yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`
+            UPDATE signing_keys SET retired_at = ${new Date(now)}, publish_until = ${publishUntil}
+            WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND retired_at IS NULL`
+          yield* newKey(cell, new Date(now))
+        }))
+        const row = yield* activeRow(cell)
+        return { kid: row!.kid, retired_publish_until: publishUntil }
+      })
+
+    /** The public key set of a cell by its path (unauthenticated): an unknown cell is 404. */
+    const jwksOf = (tenantId: string, environment: string) =>
+      Effect.gen(function*() {
+        const [env] = yield* sql<{ state: string }>`SELECT state FROM environments WHERE tenant_id = ${tenantId} AND name = ${environment}`
+        if (!env || env.state === "deleted") return yield* notFound("environment", "environment")
+        return yield* jwks({ tenantId, environment: environment as CellRef["environment"] })
+      })
+
+    return {
+      issuer,
+      jwksOf: (tenantId: string, environment: string) => dieOnSqlError(jwksOf(tenantId, environment)),
+      sign: (cell: CellRef, claims: InvocationClaims) => dieOnSqlError(sign(cell, claims)),
+      jwks: (cell: CellRef) => dieOnSqlError(jwks(cell)),
+      rotate: (cell: CellRef) => dieOnSqlError(rotate(cell))
+    } as const
+  }),
+  dependencies: [Secrets.Default]
+}) {}
