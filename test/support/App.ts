@@ -16,7 +16,7 @@ import * as path from "node:path"
 import { inject } from "vitest"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
-import { Settings, type SettingsShape } from "../../src/Settings.js"
+import { defaultToolSettings, Settings, type SettingsShape } from "../../src/Settings.js"
 
 interface PgClient {
   connect(): Promise<void>
@@ -68,6 +68,9 @@ export const makeTestApp = (overrides: Partial<SettingsShape> = {}, databaseUrl?
         dataDir,
         operatorToken: Option.some(Redacted.make(OPERATOR_TOKEN)),
         dbPoolSize: 5,
+        // One background reconciliation pass a day: TestClock jumps of days stay a few wake-ups
+        // (tests of reconciliation set their own interval).
+        tools: { ...defaultToolSettings, reconcileRetrySeconds: 86_400 },
         ...overrides
       })
       const AppInfo = Layer.effect(
