@@ -16,7 +16,6 @@ import { makeId, toIso } from "./Domain/Ids.js"
 import type { CellRef, Principal } from "./Domain/Principal.js"
 import type { CreateConnection, Operation, Tool } from "./Domain/Tools.js"
 import * as Cursor from "./Platform/Cursor.js"
-import { Settings } from "./Settings.js"
 import { Destinations } from "./Tools/Destinations.js"
 import { schemaProblem } from "./Tools/JsonSchemas.js"
 
@@ -87,8 +86,9 @@ const toConnection = (r: ConnectionRow) => ({
   updated_at: toIso(r.updated_at)
 })
 
-const TOOL_COLUMNS = `id, tenant_id, environment, connection_id, name, description, effect, base_url, path,
-  reconciliation_path, input_schema, output_schema, created_at`
+/** Where a write's outcome is asked for: its reconciliation path with `{operation_id}` filled in. */
+export const reconciliationUrl = (baseUrl: string, reconciliationPath: string, operationId: string) =>
+  joinUrl(baseUrl, reconciliationPath.replaceAll("{operation_id}", encodeURIComponent(operationId)))
 
 /** Checks the operations of a registration; the first problem is a 400 naming its parameter. */
 const checkOperations = (operations: ReadonlyArray<Operation>) =>
@@ -117,15 +117,16 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const destinations = yield* Destinations
-    yield* Settings
 
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    /** Connections with the ids of the tools their review made. */
+    const selectConnections = sql`
+      SELECT c.*, (SELECT array_agg(t.id ORDER BY t.created_at, t.id) FROM tools t WHERE t.connection_id = c.id) AS tool_ids
+      FROM connections c`
 
     const connectionRow = (cell: CellRef, id: string) =>
       Effect.flatMap(
-        sql<ConnectionRow>`
-          SELECT c.*, (SELECT array_agg(t.id ORDER BY t.created_at, t.id) FROM tools t WHERE t.connection_id = c.id) AS tool_ids
-          FROM connections c WHERE c.id = ${id} AND c.tenant_id = ${cell.tenantId} AND c.environment = ${cell.environment}`,
+        sql<ConnectionRow>`${selectConnections} WHERE c.id = ${id} AND c.tenant_id = ${cell.tenantId} AND c.environment = ${cell.environment}`,
         (rows) => (rows[0] ? Effect.succeed(rows[0]) : Effect.fail(notFound("connection", "connection_id")))
       )
 
@@ -177,8 +178,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       "connections",
       (t, e, after, limit) =>
         sql<ConnectionRow>`
-          SELECT c.*, (SELECT array_agg(t.id ORDER BY t.created_at, t.id) FROM tools t WHERE t.connection_id = c.id) AS tool_ids
-          FROM connections c WHERE c.tenant_id = ${t} AND c.environment = ${e}
+          ${selectConnections} WHERE c.tenant_id = ${t} AND c.environment = ${e}
           ${after === undefined ? sql`` : sql`AND c.id < ${after}`}
           ORDER BY c.id DESC LIMIT ${limit + 1}`,
       toConnection
@@ -189,7 +189,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
         `tools:${params.connection_id ?? ""}`,
         (t, e, after, limit) =>
           sql<ToolRow>`
-            SELECT ${sql.literal(TOOL_COLUMNS)} FROM tools WHERE tenant_id = ${t} AND environment = ${e}
+            SELECT * FROM tools WHERE tenant_id = ${t} AND environment = ${e}
             ${params.connection_id === undefined ? sql`` : sql`AND connection_id = ${params.connection_id}`}
             ${after === undefined ? sql`` : sql`AND id < ${after}`}
             ORDER BY id DESC LIMIT ${limit + 1}`,
@@ -198,7 +198,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
 
     const getTool = (p: CellRef, id: string) =>
       Effect.flatMap(
-        sql<ToolRow>`SELECT ${sql.literal(TOOL_COLUMNS)} FROM tools
+        sql<ToolRow>`SELECT * FROM tools
                      WHERE id = ${id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`,
         (rows) => (rows[0] ? Effect.succeed(toTool(rows[0])) : Effect.fail(notFound("tool", "tool_id")))
       )
@@ -208,7 +208,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       Effect.gen(function*() {
         if (ids.length === 0) return []
         const rows = yield* sql<ToolRow>`
-          SELECT ${sql.literal(TOOL_COLUMNS.split(",").map((c) => `t.${c.trim()}`).join(", "))} FROM tools t
+          SELECT t.* FROM tools t
           JOIN connections c ON c.id = t.connection_id AND c.status = 'active'
           WHERE t.id IN ${sql.in([...ids])} AND t.tenant_id = ${p.tenantId} AND t.environment = ${p.environment}`
         const byId = new Map(rows.map((r) => [r.id, r]))

@@ -19,6 +19,13 @@ const describe = (e: unknown): string => {
 import { Settings } from "../Settings.js"
 import type { DeletionJobRow } from "./Repo.js"
 
+/** Tables holding a cell's live data by (tenant_id, environment), in an order foreign keys allow. */
+const CELL_TABLES = [
+  "tool_operations", "approvals", "actor_sessions", "usage_records", "runs", "conversations", "quickstarts",
+  "agent_revisions", "agents", "model_profiles", "tools", "connections", "signing_keys", "environment_settings",
+  "workspaces", "service_actors", "idempotency_keys"
+] as const
+
 export class Deletions extends Effect.Service<Deletions>()("Deletions", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -34,27 +41,12 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
             WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         // Runs and agents: everything the customer's users said and the agents answered.
         sql`SELECT set_config('agent_platform.purging', 'on', true)`,
-        sql`DELETE FROM tool_operations WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM approvals WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM actor_sessions WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM usage_records WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
         sql`DELETE FROM conversation_items WHERE conversation_id IN (
               SELECT id FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
         sql`DELETE FROM run_events WHERE run_id IN (
               SELECT id FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
-        sql`DELETE FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM quickstarts WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM agent_revisions WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM agents WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM model_profiles WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM tools WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM connections WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM signing_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM environment_settings WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM workspaces WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM service_actors WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
-        sql`DELETE FROM idempotency_keys WHERE tenant_id = ${tenantId} AND environment = ${environment}`,
+        ...CELL_TABLES.map((table) =>
+          sql`DELETE FROM ${sql(table)} WHERE tenant_id = ${tenantId} AND environment = ${environment}`),
         sql`UPDATE environments SET state = 'deleted', updated_at = ${at} WHERE tenant_id = ${tenantId} AND name = ${environment}`
       ], { discard: true })
 

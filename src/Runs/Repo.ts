@@ -469,8 +469,8 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
       eventsAfter,
       agentContext,
       /** The tools of a revision (its `tool_ids`), as rows. */
-      toolsOf: (toolIds: ReadonlyArray<string>) =>
-        toolIds.length === 0 ? Effect.succeed([] as Array<ToolRow>) : sql<ToolRow>`SELECT * FROM tools WHERE id IN ${sql.in([...toolIds])}`,
+      toolsOf: (toolIds: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<ToolRow>, SqlError> =>
+        toolIds.length === 0 ? Effect.succeed([]) : sql<ToolRow>`SELECT * FROM tools WHERE id IN ${sql.in([...toolIds])}`,
       keyActive,
       authorizationActive,
       usage,

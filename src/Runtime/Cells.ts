@@ -30,7 +30,6 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
     const parent = yield* Effect.scope
     const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
     const repo = yield* RunsRepo
-    const operations = yield* OperationsRepo
     const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Settings | OperationsRepo | Invoker>()
     const options: Cell.CellOptions = {
       rateLimit: settings.rateLimit,
@@ -38,18 +37,12 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
       runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
       // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
       completeCancel: (runId) =>
-        Effect.gen(function*() {
-          const open = yield* operations.unsettled(runId)
-          if (open !== undefined) {
-            yield* Effect.provide(
-              ToolCalls.loseOutcome({ commit: (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight) }, open.id, "cancelled while the write's outcome was unknown"),
-              actorContext
-            )
-            return
-          }
-          const at = new Date(yield* Clock.currentTimeMillis)
-          yield* repo.commit(runId, { trigger: Trigger.CompleteCancel(), also: operations.expirePending(runId, at) })
-        }).pipe(Effect.orDie, Effect.asVoid)
+        ToolCalls.endUnfinished(
+          (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight),
+          runId,
+          Trigger.CompleteCancel(),
+          "cancelled while the write's outcome was unknown"
+        ).pipe(Effect.provide(actorContext), Effect.orDie)
     }
 
     const start = (id: CellId) =>

@@ -9,12 +9,12 @@ import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
 import { Trigger } from "../Domain/RunState.js"
 import { RunsRepo } from "../Runs/Repo.js"
 import { Settings } from "../Settings.js"
-import { joinUrl, type ToolRow } from "../Tools.js"
+import { reconciliationUrl } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/Operations.js"
 import { Cells } from "./Cells.js"
 import { GetGeneration } from "./CellProtocol.js"
-import { reconcileOnce } from "./ToolCalls.js"
+import { actorOf, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
   const operations = yield* OperationsRepo
@@ -26,15 +26,15 @@ export const reconcileDue = Effect.gen(function*() {
   const due = yield* operations.dueForReconciliation(new Date(now), 50)
   for (const op of due) {
     const run = yield* runs.run(op.run_id)
-    const [tool] = yield* runs.toolsOf([op.tool_id]) as Effect.Effect<ReadonlyArray<ToolRow>, any>
+    const [tool] = yield* runs.toolsOf([op.tool_id])
     if (run._tag === "None" || tool === undefined || tool.reconciliation_path === null) continue
     const cell = { tenantId: op.tenant_id, environment: op.environment as any }
     const answer = yield* reconcileOnce(
       invoker,
-      joinUrl(tool.base_url, tool.reconciliation_path.replaceAll("{operation_id}", encodeURIComponent(op.id))),
+      reconciliationUrl(tool.base_url, tool.reconciliation_path, op.id),
       {
         cell,
-        actor: run.value.user_id === null ? { type: "api_key", id: run.value.key_id } : { type: "user", id: run.value.user_id },
+        actor: actorOf(run.value),
         operationId: op.id,
         cellGeneration: yield* cells.send(cell, new GetGeneration()),
         runId: op.run_id,

@@ -75,17 +75,9 @@ export const run = (runId: string, options: ActorOptions) =>
 
     const load = Effect.map(repo.run(runId), Option.getOrUndefined)
 
-    /**
-     * A budget ran out. A write whose outcome is not known is never shown as merely expired: the
-     * run ends `outcome_unknown` (to be reconciled); a pending approval expires with the run.
-     */
+    /** A budget ran out (an unknown write outcome still wins: `outcome_unknown`). */
     const expire = (budget: RunState.Budget) =>
-      Effect.gen(function*() {
-        const open = yield* operations.unsettled(runId)
-        if (open !== undefined) return yield* ToolCalls.loseOutcome({ commit }, open.id, `the ${budget} budget ran out while the outcome was unknown`)
-        const at = new Date(yield* Clock.currentTimeMillis)
-        return yield* commit({ trigger: Trigger.Expire({ budget }), also: operations.expirePending(runId, at) })
-      })
+      ToolCalls.endUnfinished(commit, runId, Trigger.Expire({ budget }), `the ${budget} budget ran out while the outcome was unknown`)
 
     const revoked = (row: RunRow) => Effect.map(repo.authorizationActive(row), (ok) => !ok)
 

@@ -20,7 +20,7 @@ import { Trigger } from "../Domain/RunState.js"
 import type { ConversationItem } from "../Models/StepEngine.js"
 import type { Commit, RunRow, UsageRecordInput } from "../Runs/Repo.js"
 import { Settings } from "../Settings.js"
-import { joinUrl, type ToolRow } from "../Tools.js"
+import { joinUrl, reconciliationUrl, type ToolRow } from "../Tools.js"
 import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
 import { validate } from "../Tools/JsonSchemas.js"
 import { OperationsRepo } from "../Tools/Operations.js"
@@ -66,6 +66,10 @@ const toolUsage = (tool: ToolRow): UsageRecordInput => ({
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
+/** Who a run's tool calls act for (the token's `actor`): its user, else the key that created it. */
+export const actorOf = (run: Pick<RunRow, "user_id" | "key_id">) =>
+  run.user_id === null ? { type: "api_key", id: run.key_id } : { type: "user", id: run.user_id }
+
 export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
   Effect.gen(function*() {
     const invoker = yield* Invoker
@@ -97,7 +101,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     const body = JSON.stringify(call.input)
     const context = (operationId: string): CallContext => ({
       cell: { tenantId: row.tenant_id, environment: row.environment as any },
-      actor: row.user_id === null ? { type: "api_key", id: row.key_id } : { type: "user", id: row.user_id },
+      actor: actorOf(row),
       operationId,
       cellGeneration: env.cellGeneration,
       runId: row.id,
@@ -230,7 +234,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
 
     // ---- an ambiguous (or interrupted) write: reconcile, never replay ---------------------------
     if (tool.reconciliation_path === null) return yield* loseOutcome(env, operation.id, "no reconciliation path")
-    const reconcileUrl = joinUrl(tool.base_url, tool.reconciliation_path.replaceAll("{operation_id}", encodeURIComponent(operation.id)))
+    const reconcileUrl = reconciliationUrl(tool.base_url, tool.reconciliation_path, operation.id)
     let failures = 0
     while (true) {
       const answer = yield* reconcileOnce(invoker, reconcileUrl, context(operation.id), operation.id)
@@ -292,4 +296,22 @@ export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: strin
       })
     })
     return "stop" as Next
+  })
+
+/**
+ * Ends a run that stops before its work is done (a budget ran out, a cancel completed). With a
+ * write whose outcome is not known it ends `outcome_unknown`, never merely expired or cancelled
+ * (contract 3.1 rule 2); otherwise with `ending`, a pending approval expiring with it.
+ */
+export const endUnfinished = (
+  commit: ToolCallEnv["commit"],
+  runId: string,
+  ending: Trigger,
+  unknownReason: string
+) =>
+  Effect.gen(function*() {
+    const operations = yield* OperationsRepo
+    const open = yield* operations.unsettled(runId)
+    if (open !== undefined) return yield* Effect.asVoid(loseOutcome({ commit }, open.id, unknownReason))
+    yield* commit({ trigger: ending, also: operations.expirePending(runId, yield* now) })
   })

@@ -21,6 +21,8 @@ import { Settings } from "../Settings.js"
 
 /** Seconds a retired key stays published beyond the life of the last token it signed. */
 const CLOCK_SKEW_SECONDS = 60
+/** How long a process signs with the active key it last read (well under CLOCK_SKEW_SECONDS). */
+const ACTIVE_CACHE_MS = 30_000
 
 /** `sha-256=` + base64url of the SHA-256 of the exact body bytes (D10 `input_digest`). */
 export const inputDigest = (body: Uint8Array | string): string =>
@@ -55,6 +57,12 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     )
     /** Imported private keys by kid: a key never changes once made. */
     const imported = new Map<string, CryptoKey>()
+    /**
+     * Each cell's active key, remembered for ACTIVE_CACHE_MS so a tool call does not read it from
+     * Postgres every time. Safe across processes: a key retired elsewhere stays published for the
+     * token life + a minute, longer than a remembered key can still be used to sign.
+     */
+    const remembered = new Map<string, { kid: string; key: CryptoKey; until: number }>()
 
     const newKey = (cell: CellRef, at: Date) =>
       Effect.gen(function*() {
@@ -82,6 +90,10 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     /** The cell's active key, made on first use (a racing maker loses on the unique index). */
     const active = (cell: CellRef) =>
       Effect.gen(function*() {
+        const cacheKey = `${cell.tenantId}/${cell.environment}`
+        const at = yield* Clock.currentTimeMillis
+        const known = remembered.get(cacheKey)
+        if (known !== undefined && known.until > at) return known
         let row = yield* activeRow(cell)
         if (row === undefined) {
           yield* newKey(cell, new Date(yield* Clock.currentTimeMillis))
@@ -99,7 +111,9 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
           key = (yield* Effect.promise(() => importJWK(jwk, "EdDSA"))) as CryptoKey
           imported.set(row.kid, key)
         }
-        return { kid: row.kid, key }
+        const current = { kid: row.kid, key, until: at + ACTIVE_CACHE_MS }
+        remembered.set(cacheKey, current)
+        return current
       })
 
     /** A signed invocation token for one call. */
@@ -153,6 +167,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
             WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND retired_at IS NULL`
           yield* newKey(cell, new Date(now))
         }))
+        remembered.delete(`${cell.tenantId}/${cell.environment}`)
         const row = yield* activeRow(cell)
         return { kid: row!.kid, retired_publish_until: publishUntil }
       })

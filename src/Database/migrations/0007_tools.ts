@@ -54,18 +54,20 @@ export default Effect.gen(function*() {
       UNIQUE (connection_id, name)
     )`
   yield* sql`CREATE INDEX tools_cell ON tools (tenant_id, environment, id)`
+  // One trigger function for every immutable table from here on (0005's are per table): changes
+  // are refused except the DELETEs of a tenant/environment purge (`agent_platform.purging`).
   yield* sql`
-    CREATE OR REPLACE FUNCTION tools_immutable() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    CREATE OR REPLACE FUNCTION immutable_unless_purging() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
       IF TG_OP = 'DELETE' AND current_setting('agent_platform.purging', true) = 'on' THEN
         RETURN OLD;
       END IF;
-      RAISE EXCEPTION 'tools are immutable (% refused)', TG_OP USING ERRCODE = 'integrity_constraint_violation';
+      RAISE EXCEPTION '% rows are immutable (% refused)', TG_TABLE_NAME, TG_OP USING ERRCODE = 'integrity_constraint_violation';
     END
     $fn$`
   yield* sql`
     CREATE TRIGGER tools_immutable BEFORE UPDATE OR DELETE ON tools
-    FOR EACH ROW EXECUTE FUNCTION tools_immutable()`
+    FOR EACH ROW EXECUTE FUNCTION immutable_unless_purging()`
   yield* sql`
     CREATE TABLE signing_keys (
       kid text PRIMARY KEY,
