@@ -8,17 +8,19 @@
  *   `metadata.google.internal` are refused.
  * - Addresses: only global unicast. ipaddr.js classifies; everything but `unicast` (loopback,
  *   private, link-local, CGNAT, unique-local, multicast, broadcast, reserved, benchmarking, 6to4 /
- *   Teredo / NAT64 / IPv4-mapped or -compatible forms, unspecified) is refused, IPv4-mapped IPv6 is
- *   judged as its IPv4 address, and the cloud metadata addresses are refused by name.
- * - Connect time: the undici dispatcher checks every address DNS gives it before connecting, and
- *   the address the socket actually connected to, so a name that rebinds to a private address
- *   between registration and call is refused.
+ *   Teredo / NAT64, unspecified) is refused, IPv6 outside 2000::/3 (the only global unicast block:
+ *   this refuses the deprecated IPv4-compatible `::a.b.c.d` forms) is refused, and the cloud
+ *   metadata addresses are refused by name. An IPv4-mapped literal (`::ffff:a.b.c.d`) is refused at
+ *   registration (write the IPv4 address); a socket reporting one is judged as its IPv4 address.
+ * - Connect time: the undici dispatcher refuses plain `http://` to a host not allowlisted, checks
+ *   every address DNS gives it before connecting, and the address the socket actually connected
+ *   to, so a name that rebinds to a private address between registration and call is refused.
  *
  * `DESTINATION_ALLOWLIST` (operator config, empty by default) lists host names or CIDRs admitted
  * anyway (and over `http://`), for development and tests only.
  */
+import { Context } from "effect"
 import ipaddr from "ipaddr.js"
-import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress } from "node:dns"
 import { promises as dns } from "node:dns"
 import type { Socket } from "node:net"
@@ -56,6 +58,8 @@ export const parseAllowlist = (raw: string): Allowlist => {
   return { hosts, cidrs }
 }
 
+const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR("2000::/3") as [ipaddr.IPv6, number]
+
 const METADATA_ADDRESSES = new Set(["169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"])
 const REFUSED_NAMES = new Set(["localhost", "metadata", "metadata.google.internal", "instance-data", "instance-data.ec2.internal"])
 const REFUSED_SUFFIXES = [".localhost", ".local", ".internal", ".localdomain", ".home.arpa"]
@@ -80,7 +84,10 @@ export const checkAddress = (address: string, allowlist: Allowlist = EMPTY_ALLOW
   const text = ip.toString()
   if (METADATA_ADDRESSES.has(text)) return `${text} is a cloud metadata address`
   const range = ip.range()
-  if (range !== "unicast") return `${text} is a ${range} address, not a public one`
+  if (range !== "unicast") return `${text} is not a public address (${range})`
+  if (ip.kind() === "ipv6" && !(ip as ipaddr.IPv6).match(GLOBAL_UNICAST_V6)) {
+    return `${text} is not a public address (outside 2000::/3)`
+  }
   return undefined
 }
 
@@ -115,6 +122,10 @@ export const checkUrl = (raw: string, allowlist: Allowlist = EMPTY_ALLOWLIST): U
   }
   if (allowed) return { ok: true, url }
   if (literal) {
+    const ip = ipaddr.parse(host)
+    if (ip.kind() === "ipv6" && (ip as ipaddr.IPv6).isIPv4MappedAddress()) {
+      return { ok: false, reason: `${host} is an IPv4-mapped IPv6 address; write the IPv4 address` }
+    }
     const reason = checkAddress(host, allowlist)
     return reason === undefined ? { ok: true, url } : { ok: false, reason }
   }
@@ -125,9 +136,17 @@ export const checkUrl = (raw: string, allowlist: Allowlist = EMPTY_ALLOWLIST): U
   return { ok: true, url }
 }
 
-export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string; family: number }>>
+export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ readonly address: string; readonly family: number }>>
 
-const defaultLookup: Lookup = (hostname) => dns.lookup(hostname, { all: true, verbatim: true })
+const systemLookup: Lookup = (hostname) => dns.lookup(hostname, { all: true, verbatim: true })
+
+/**
+ * How names are resolved, at registration and at connect time: the system resolver. A reference,
+ * so a test can stand in a resolver that answers differently the second time (DNS rebinding).
+ */
+export class Resolver extends Context.Reference<Resolver>()("Resolver", {
+  defaultValue: (): { readonly lookup: Lookup } => ({ lookup: systemLookup })
+}) {}
 
 /**
  * The registration check of a name's addresses: every address it resolves to must be allowed (a
@@ -136,7 +155,7 @@ const defaultLookup: Lookup = (hostname) => dns.lookup(hostname, { all: true, ve
 export const resolveAndCheck = async (
   hostname: string,
   allowlist: Allowlist = EMPTY_ALLOWLIST,
-  lookup: Lookup = defaultLookup
+  lookup: Lookup = systemLookup
 ): Promise<string | undefined> => {
   const host = normalizeHost(hostname)
   if (allowlist.hosts.has(host) || ipaddr.isValid(host)) return undefined
@@ -161,34 +180,41 @@ export class DestinationRefused extends Error {
 type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | Array<LookupAddress>, family?: number) => void
 
 /**
- * An undici dispatcher that connects only to allowed addresses: every address DNS answers is
- * checked before the socket is opened, and the socket's actual remote address after it connects.
- * It follows no redirects (undici's default without a redirect interceptor).
+ * An undici dispatcher that connects only to allowed destinations: plain `http://` only to an
+ * allowlisted host, every address DNS answers is checked before the socket is opened, and the
+ * socket's actual remote address after it connects. It follows no redirects (undici's default
+ * without a redirect interceptor).
  */
 export const guardedDispatcher = (
   allowlist: Allowlist = EMPTY_ALLOWLIST,
-  options: { readonly lookup?: typeof dnsLookup; readonly connectTimeoutMs?: number } = {}
+  options: { readonly lookup?: Lookup; readonly connectTimeoutMs?: number } = {}
 ): Agent => {
-  const baseLookup = options.lookup ?? dnsLookup
-  const guardedLookup = (hostname: string, opts: any, callback: LookupCallback) => {
+  const lookup = options.lookup ?? systemLookup
+  const guardedLookup = (hostname: string, opts: { all?: boolean }, callback: LookupCallback) => {
     const host = normalizeHost(hostname)
-    ;(baseLookup as any)(hostname, { ...opts, all: true }, (err: NodeJS.ErrnoException | null, addresses: Array<LookupAddress>) => {
-      if (err) return callback(err, [])
-      if (!allowlist.hosts.has(host)) {
-        for (const a of addresses) {
-          const reason = checkAddress(a.address, allowlist)
-          if (reason !== undefined) return callback(new DestinationRefused(`${host} resolves to ${reason}`), [])
+    lookup(host).then(
+      (addresses) => {
+        if (!allowlist.hosts.has(host)) {
+          for (const a of addresses) {
+            const reason = checkAddress(a.address, allowlist)
+            if (reason !== undefined) return callback(new DestinationRefused(`${host} resolves to ${reason}`), [])
+          }
         }
-      }
-      if (opts?.all) return callback(null, addresses)
-      const first = addresses[0]
-      return first ? callback(null, first.address, first.family) : callback(new DestinationRefused(`${host} does not resolve`), [])
-    })
+        if (opts?.all) return callback(null, addresses.map((a) => ({ address: a.address, family: a.family })))
+        const first = addresses[0]
+        return first ? callback(null, first.address, first.family) : callback(new DestinationRefused(`${host} does not resolve`), [])
+      },
+      (err) => callback(err, [])
+    )
   }
   const connect = buildConnector({ lookup: guardedLookup as any, timeout: options.connectTimeoutMs ?? 10_000 } as any)
   return new Agent({
     connect: (opts, callback) => {
       const host = normalizeHost(opts.hostname)
+      const allowedHost = allowlist.hosts.has(host) || (ipaddr.isValid(host) && inAllowedCidr(ipaddr.parse(host), allowlist))
+      if (opts.protocol !== "https:" && !allowedHost) {
+        return callback(new DestinationRefused(`only https:// destinations are allowed (${host})`), null)
+      }
       if (!allowlist.hosts.has(host) && ipaddr.isValid(host)) {
         const reason = checkAddress(host, allowlist)
         if (reason !== undefined) return callback(new DestinationRefused(reason), null)

@@ -16,7 +16,8 @@ export class Destinations extends Effect.Service<Destinations>()("Destinations",
       try: () => Destination.parseAllowlist(settings.tools.destinationAllowlist),
       catch: (e) => new Error(`DESTINATION_ALLOWLIST: ${e instanceof Error ? e.message : String(e)}`)
     }).pipe(Effect.orDie)
-    const dispatcher = Destination.guardedDispatcher(allowlist)
+    const { lookup } = yield* Destination.Resolver
+    const dispatcher = Destination.guardedDispatcher(allowlist, { lookup })
     yield* Effect.addFinalizer(() => Effect.promise(() => dispatcher.close()).pipe(Effect.ignore))
 
     /** A URL a connection (or identity provider) may be registered with, else 400 `destination_refused`. */
@@ -24,7 +25,7 @@ export class Destinations extends Effect.Service<Destinations>()("Destinations",
       Effect.gen(function*() {
         const checked = Destination.checkUrl(url, allowlist)
         if (!checked.ok) return yield* invalid("destination_refused", `${param}: ${checked.reason}`, param)
-        const reason = yield* Effect.promise(() => Destination.resolveAndCheck(checked.url.hostname, allowlist))
+        const reason = yield* Effect.promise(() => Destination.resolveAndCheck(checked.url.hostname, allowlist, lookup))
         if (reason !== undefined) return yield* invalid("destination_refused", `${param}: ${reason}`, param)
         return checked.url
       })
