@@ -23,6 +23,7 @@ import * as Cursor from "./Platform/Cursor.js"
 import { canonicalJson } from "./Platform/Idempotency.js"
 import { Secrets } from "./Secrets.js"
 import { Tools } from "./Tools.js"
+import { Destinations } from "./Tools/Destinations.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -72,6 +73,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
     const repo = yield* Repo.AgentsRepo
     const secrets = yield* Secrets
     const tools = yield* Tools
+    const destinations = yield* Destinations
 
 
     // ---- workspaces -------------------------------------------------------------------------
@@ -95,6 +97,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       Effect.gen(function*() {
         const settings = body.settings ?? {}
         yield* checkSettings(body.provider, settings)
+        if (body.provider === "openai_compatible") {
+          // the customer's model server: the same destination rules as customer tools (D10)
+          yield* destinations.checkRegistration(String(settings.base_url), "settings.base_url")
+        }
         const at = yield* now
         const id = yield* makeId("mp")
         const sealed = body.credential === undefined ? undefined : yield* secrets.encrypt(body.credential, id)
@@ -200,5 +206,5 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
     } as const
   }),
-  dependencies: [Repo.AgentsRepo.Default, Secrets.Default, Tools.Default]
+  dependencies: [Repo.AgentsRepo.Default, Secrets.Default, Tools.Default, Destinations.Default]
 }) {}

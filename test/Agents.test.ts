@@ -328,8 +328,13 @@ describe("agents resources (D12)", () => {
       expectError(yield* profile("openai_compatible"), 400, "invalid_request", "parameter_missing", "settings.base_url")
       expectError(yield* profile("openai_compatible", { base_url: "ftp://example.test" }), 400, "invalid_request", "parameter_invalid", "settings.base_url")
       expectError(yield* profile("openai_compatible", { base_url: "not a url" }), 400, "invalid_request", "parameter_invalid", "settings.base_url")
-      const compat = expectSingle(yield* profile("openai_compatible", { base_url: "http://127.0.0.1:11434/v1" }), 201)
-      expect(compat.settings).toEqual({ base_url: "http://127.0.0.1:11434/v1" })
+      // the customer's model server is a destination like a tool's (D10): no local or private
+      // addresses, https only, unless the operator's DESTINATION_ALLOWLIST admits it
+      for (const base_url of ["http://127.0.0.1:11434/v1", "https://10.0.0.7/v1", "https://169.254.169.254/v1", "https://localhost/v1", "http://93.184.216.34/v1"]) {
+        expectError(yield* profile("openai_compatible", { base_url }), 400, "invalid_request", "destination_refused", "settings.base_url")
+      }
+      const compat = expectSingle(yield* profile("openai_compatible", { base_url: "https://93.184.216.34/v1" }), 201)
+      expect(compat.settings).toEqual({ base_url: "https://93.184.216.34/v1" })
       const openai = expectSingle(yield* profile("openai"), 201)
       expect(openai.settings).toEqual({})
       expectSingle(yield* profile("anthropic", { max_tokens: 1024 }), 201)

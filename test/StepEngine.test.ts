@@ -178,12 +178,14 @@ const cases: ReadonlyArray<ProviderCase> = [
 /** Runs `f` with a model server and an engine whose openai/anthropic base URLs point at it. */
 const withServer = <A, E>(
   f: (server: ModelServer, engine: StepEngine) => Effect.Effect<A, E>,
-  overrides: Partial<ModelsConfigShape> = {}
+  overrides: Partial<ModelsConfigShape> = {},
+  // openai_compatible base URLs are the customer's: the local server is reached only when allowlisted
+  destinationAllowlist = "127.0.0.1/32"
 ) =>
   Effect.gen(function*() {
     const server = yield* ModelServers.make
     return yield* Effect.flatMap(StepEngine, (engine) => f(server, engine)).pipe(
-      Effect.provide(StepEngine.layerWith({ openaiBaseUrl: `${server.url}/v1`, anthropicBaseUrl: server.url, ...overrides }))
+      Effect.provide(StepEngine.layerWith({ openaiBaseUrl: `${server.url}/v1`, anthropicBaseUrl: server.url, ...overrides }, destinationAllowlist))
     )
   })
 
@@ -566,6 +568,23 @@ describe("step engine: HTTP providers over the wire", () => {
         yield* engine.step({ ...base, profile: { ...base.profile, settings: { max_tokens: -5 } } })
         expect(server.requests.map((r) => r.body.max_tokens)).toEqual([1024, 4096])
       })
+    ))
+
+  it.scoped("an openai_compatible base_url goes through the destination guard: a local server not allowlisted is never reached", () =>
+    withServer(
+      (server, engine) =>
+        Effect.gen(function*() {
+          const error = yield* Effect.flip(engine.step(inputFor(cases[2]!, server)))
+          expect(error).toMatchObject({ _tag: "ModelUnavailable", provider: "openai_compatible" })
+          expect(server.requests).toHaveLength(0)
+          // the operator's provider URLs are not customer destinations: the same server answers openai
+          server.enqueue({ body: openAiResponses.text("hello") })
+          const ok = yield* engine.step(inputFor(cases[0]!, server))
+          expect(ok).toMatchObject({ _tag: "Final", text: "hello" })
+          expect(server.requests).toHaveLength(1)
+        }),
+      {},
+      ""
     ))
 
   it.scoped("an openai_compatible profile without a usable base_url is ModelFailed", () =>

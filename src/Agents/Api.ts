@@ -58,7 +58,9 @@ export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
       .setPayload(CreateModelProfile)
       .addSuccess(Single(ModelProfile, 201))
       .annotate(OpenApi.Description, "`credential` is write-only: stored encrypted, never returned (responses show `has_credential`). " +
-        "`settings` is checked per provider: `openai_compatible` needs `base_url`; `scripted` needs `steps` " +
+        "`settings` is checked per provider: `openai_compatible` needs `base_url`, a public `https://` URL " +
+        "(the destination rules of customer tools: 400 `destination_refused`, unless the operator's `DESTINATION_ALLOWLIST` " +
+        "admits it; its calls are checked again on the connected address); `scripted` needs `steps` " +
         "(a malformed step is 400 `parameter_invalid` naming it, e.g. `settings.steps.2`).")
       .annotate(RequiredScopes, ["agents:write"])
   )

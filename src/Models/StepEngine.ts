@@ -13,7 +13,9 @@
  *     credential required, sent as `x-api-key`. `max_tokens` is `settings.max_tokens` (a positive
  *     integer) or 4096.
  *   - `openai_compatible`: Chat Completions at the profile's `settings.base_url`
- *     (src/Models/OpenAiCompatible.ts); the credential is optional (Bearer when given).
+ *     (src/Models/OpenAiCompatible.ts); the credential is optional (Bearer when given). The URL is
+ *     the customer's, so its requests go through the destination guard's dispatcher (D10: public
+ *     https only unless `DESTINATION_ALLOWLIST` admits it, checked on the connected address).
  *   - `scripted`: src/Models/Scripted.ts; no HTTP, sleeps on Effect's `Clock` (so TestClock drives
  *     them) and no request timeout.
  *
@@ -35,6 +37,7 @@ import { AnthropicClient, AnthropicLanguageModel } from "@effect/ai-anthropic"
 import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
+import { Destinations } from "../Tools/Destinations.js"
 import { Cause, Clock, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
 import { ModelsConfig, type ModelsConfigShape } from "./Config.js"
@@ -382,8 +385,9 @@ interface Target {
   readonly seen: { requestId?: string | undefined }
 }
 
-const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient) => {
+const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guardedHttp: HttpClient.HttpClient) => {
   const httpLayer = Layer.succeed(HttpClient.HttpClient, http)
+  const guardedHttpLayer = Layer.succeed(HttpClient.HttpClient, guardedHttp)
 
   /** Every provider request: non-2xx as errors (status and headers kept), request id noted, no trace headers. */
   const transformClient = (seen: Target["seen"]) => (client: HttpClient.HttpClient): HttpClient.HttpClient =>
@@ -408,8 +412,9 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient) => {
         ),
       onSome: Effect.succeed
     })
-    const remote = (layer: Layer.Layer<LanguageModel.LanguageModel, never, HttpClient.HttpClient>): Target => ({
-      model: Layer.provide(layer, httpLayer),
+    /** A provider over HTTP: the operator's provider URLs on `http`, customer URLs on the guarded client. */
+    const remote = (layer: Layer.Layer<LanguageModel.LanguageModel, never, HttpClient.HttpClient>, guarded = false): Target => ({
+      model: Layer.provide(layer, guarded ? guardedHttpLayer : httpLayer),
       remote: true,
       seen
     })
@@ -455,7 +460,8 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient) => {
                   apiUrl: base_url,
                   transformClient: transformClient(seen)
                 }))
-              )
+              ),
+              true
             )
           )
         )
@@ -565,16 +571,19 @@ export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
   effect: Effect.gen(function*() {
     const config = yield* ModelsConfig
     const http = yield* HttpClient.HttpClient
-    return makeStep(config, http)
+    const destinations = yield* Destinations
+    return makeStep(config, http, NodeHttpClient.makeUndici(destinations.dispatcher))
   }),
-  dependencies: [ModelsConfig.layer, NodeHttpClient.layerUndici]
+  dependencies: [ModelsConfig.layer, NodeHttpClient.layerUndici, Destinations.Default]
 }) {
-  /** The engine with the given operator config (tests). */
+  /** The engine with the given operator config and destination allowlist (tests). */
   static readonly layerWith = (
-    overrides: Partial<ModelsConfigShape> = {}
+    overrides: Partial<ModelsConfigShape> = {},
+    destinationAllowlist = ""
   ): Layer.Layer<StepEngine> =>
     StepEngine.DefaultWithoutDependencies.pipe(
       Layer.provide(ModelsConfig.layerWith(overrides)),
-      Layer.provide(NodeHttpClient.layerUndici)
+      Layer.provide(NodeHttpClient.layerUndici),
+      Layer.provide(Destinations.layerWith(destinationAllowlist))
     )
 }

@@ -4,23 +4,23 @@
  * and the one HTTP dispatcher every tool call goes through (it checks the address each socket
  * actually connects to and follows no redirects).
  */
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import { invalid } from "../Domain/Errors.js"
 import { Settings } from "../Settings.js"
 import * as Destination from "./Destination.js"
 
-export class Destinations extends Effect.Service<Destinations>()("Destinations", {
-  scoped: Effect.gen(function*() {
-    const settings = yield* Settings
+/** The guard with `raw` as the allowlist (a malformed entry is a defect: it stops the start). */
+const make = (raw: string) =>
+  Effect.gen(function*() {
     const allowlist = yield* Effect.try({
-      try: () => Destination.parseAllowlist(settings.tools.destinationAllowlist),
+      try: () => Destination.parseAllowlist(raw),
       catch: (e) => new Error(`DESTINATION_ALLOWLIST: ${e instanceof Error ? e.message : String(e)}`)
     }).pipe(Effect.orDie)
     const { lookup } = yield* Destination.Resolver
     const dispatcher = Destination.guardedDispatcher(allowlist, { lookup })
     yield* Effect.addFinalizer(() => Effect.promise(() => dispatcher.close()).pipe(Effect.ignore))
 
-    /** A URL a connection (or identity provider) may be registered with, else 400 `destination_refused`. */
+    /** A URL a connection (or identity provider, or model server) may be registered with, else 400 `destination_refused`. */
     const checkRegistration = (url: string, param: string) =>
       Effect.gen(function*() {
         const checked = Destination.checkUrl(url, allowlist)
@@ -32,4 +32,11 @@ export class Destinations extends Effect.Service<Destinations>()("Destinations",
 
     return { allowlist, dispatcher, checkRegistration } as const
   })
-}) {}
+
+export class Destinations extends Effect.Service<Destinations>()("Destinations", {
+  scoped: Effect.flatMap(Settings, (settings) => make(settings.tools.destinationAllowlist))
+}) {
+  /** The guard with this allowlist, without Settings (tests of single services). */
+  static readonly layerWith = (allowlist: string): Layer.Layer<Destinations> =>
+    Layer.scoped(Destinations, Effect.map(make(allowlist), Destinations.make))
+}
