@@ -19,6 +19,7 @@ import * as Repo from "./Runs/Repo.js"
 import { Cells } from "./Runtime/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Runtime/CellProtocol.js"
 import { Settings } from "./Settings.js"
+import { Actors } from "./Actors.js"
 
 const runNotFound = notFound("run", "run_id")
 const invalidCursor = (param: string) =>
@@ -42,6 +43,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const bus = yield* EventBus
     const cells = yield* Cells
     const settings = yield* Settings
+    const actors = yield* Actors
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
 
@@ -123,8 +125,10 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         return Option.getOrUndefined(yield* repo.run(runId))
       }))
 
-    const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined) =>
+    const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken: string | undefined) =>
       Effect.gen(function*() {
+        // On behalf of a user when an actor token comes along (its tool calls act for the user).
+        const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         const conversation = yield* getConversation(p, conversationId)
         const at = yield* now
         const id = yield* makeId("run")
@@ -138,6 +142,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           conversation_id: conversation.id,
           agent_revision_id: conversation.agent_revision_id,
           key_id: p.keyId,
+          user_id: user?.id ?? null,
           input: body.input,
           created_at: at,
           start_deadline_at: startDeadline,
@@ -166,6 +171,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           object: "run",
           conversation_id: conversation.id,
           agent_revision_id: conversation.agent_revision_id,
+          user_id: user?.id ?? null,
           status: "queued",
           status_reason: null,
           input: body.input,
@@ -297,8 +303,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       createConversation: (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
         dieOnSqlError(createConversation(p, body)),
       getConversation: (p: Principal, id: string) => dieOnSqlError(getConversation(p, id)),
-      createRun: (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined) =>
-        dieOnSqlError(createRun(p, conversationId, body, prefer)),
+      createRun: (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken?: string) =>
+        dieOnSqlError(createRun(p, conversationId, body, prefer, actorToken)),
       getRun: (p: Principal, runId: string) => dieOnSqlError(getRun(p, runId)),
       cancelRun: (p: Principal, runId: string) => dieOnSqlError(cancelRun(p, runId)),
       listEvents: (p: Principal, runId: string, params: { limit?: string | undefined; cursor?: string | undefined }) =>
@@ -309,7 +315,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         dieOnSqlError(getUsage(p, params))
     } as const
   }),
-  dependencies: [Repo.RunsRepo.Default, EventBus.Default]
+  dependencies: [Repo.RunsRepo.Default, EventBus.Default, Actors.Default]
 }) {}
 
 export type { RunEvent }

@@ -4,25 +4,18 @@
  * agent proposing the calls, and a user approving through an actor session.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Option, TestClock } from "effect"
-import { exportJWK, generateKeyPair, SignJWT } from "jose"
+import { Clock, Effect, Option, TestClock } from "effect"
+import { createRemoteJWKSet, jwtVerify } from "jose"
 import { defaultToolSettings } from "../src/Settings.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { connectionBody, startToolHost } from "./support/ToolHost.js"
+import { data, TERMINAL, TOOL_ISSUER, TOOL_SCOPES, toolSandbox } from "./support/ToolSandbox.js"
 import { advanceUntil, eventually } from "./support/Waiting.js"
 
-const ISSUER = "https://platform.test"
-const SCOPES = [
-  "agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write",
-  "connections:read", "connections:write", "approvals:read", "approvals:write", "actor-sessions:write",
-  "users:read", "users:write", "settings:read", "settings:write", "usage:read"
-]
+const ISSUER = TOOL_ISSUER
+const SCOPES = TOOL_SCOPES
 
-const data = (res: Reply, status = 200) => {
-  expect(res.status, res.text).toBe(status)
-  return res.body.data
-}
 const expectError = (res: Reply, status: number, code: string) => {
   expect(res.status, res.text).toBe(status)
   expect(res.body.error.code, res.text).toBe(code)
@@ -39,59 +32,25 @@ const toolSettings = (overrides: Partial<typeof defaultToolSettings> = {}) => ({
   }
 })
 
-const TERMINAL = ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"]
+/** The agent proposes a refund, then says it is done. */
+const REFUND = [
+  { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
+  { type: "text", text: "Refunded." }
+]
 
 /** A sandbox with a reviewed connection to a live tool host, an identity provider and a user. */
 const setup = (steps: ReadonlyArray<Record<string, unknown>>) =>
-  Effect.gen(function*() {
-    const app = yield* TestApp
-    const sb = yield* provisionSandbox()
-    const key = (yield* createKey(sb.tenantId, SCOPES, "manager")).secret
-    const call = (method: string, path: string, body?: unknown, headers?: Record<string, string>) =>
-      request(method, `${sb.P}${path}`, { key, ...(body === undefined ? {} : { body }), ...(headers ? { headers } : {}) })
-    const host = yield* startToolHost({ jwksUrl: () => `${app.baseUrl}${sb.P}/jwks.json`, issuer: ISSUER, tenantId: () => sb.tenantId })
-
-    const connection = data(yield* call("POST", "/connections", connectionBody(host.baseUrl)), 201)
-    expect(connection.status).toBe("pending_review")
-    expect(connection.tool_ids).toEqual([])
-    const reviewed = yield* operator("POST", `/connections/${connection.id}/review`, { decision: "approve" })
-    expect(reviewed.status, reviewed.text).toBe(200)
-    expect(reviewed.body.status).toBe("active")
-    const tools = (yield* call("GET", `/tools?connection_id=${connection.id}`)).body.items
-    expect(tools.map((t: any) => t.name).sort()).toEqual(["create_refund", "get_order"])
-
-    const ws = data(yield* call("POST", "/workspaces", { name: "Support" }), 201)
-    const mp = data(yield* call("POST", "/model-profiles", { name: "s", provider: "scripted", model: "scripted-1", settings: { steps } }), 201)
-    const agent = data(yield* call("POST", "/agents", { workspace_id: ws.id, name: "Helper" }), 201)
-    const rev = data(yield* call("POST", `/agents/${agent.id}/revisions`, {
-      model_profile_id: mp.id,
-      instructions: "Help with orders.",
-      tool_ids: tools.map((t: any) => t.id)
-    }), 201)
-
-    // the tenant's identity provider, a user, and a way to get an actor token for them
-    const idp = yield* Effect.promise(() => generateKeyPair("ES256"))
-    const publicJwk = { ...(yield* Effect.promise(() => exportJWK(idp.publicKey))), kid: "idp-1", alg: "ES256" }
-    data(yield* call("PATCH", "/settings", { identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: { keys: [publicJwk] } } }))
-    const user = data(yield* call("POST", "/users", { external_id: "u-123", display_name: "Ada" }), 201)
-    const actorToken = Effect.gen(function*() {
-      const assertion = yield* Effect.promise(() =>
-        new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "idp-1" }).setIssuer("https://idp.acme.test")
-          .setAudience("agent-platform").setSubject("u-123").setIssuedAt().setExpirationTime("2m").sign(idp.privateKey)
-      )
-      return data(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201).token as string
-    })
-
-    const startRun = Effect.gen(function*() {
-      const conv = data(yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }), 201)
-      return data(yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "refund order o-1" }] }), 202)
-    })
-    const getRun = (id: string) => Effect.map(call("GET", `/runs/${id}`), (r) => data(r))
-    const eventList = (id: string) => Effect.map(call("GET", `/runs/${id}/events?limit=100`), (r) => r.body.items as Array<any>)
-    const waitFor = (id: string, statuses: ReadonlyArray<string>, tries = 100) =>
-      eventually(getRun(id), (r) => statuses.includes(r.status), tries)
-    return { sb, key, call, host, tools, rev, user, actorToken, startRun, getRun, eventList, waitFor }
-  })
+  Effect.map(
+    toolSandbox({
+      server: (sb) => startToolHost({ jwksUrl: () => sb.jwksUrl, issuer: ISSUER, tenantId: () => sb.tenantId }),
+      connection: connectionBody,
+      steps
+    }),
+    (s) => {
+      expect(s.tools.map((t) => t.name).sort()).toEqual(["create_refund", "get_order"])
+      return { ...s, host: s.server }
+    }
+  )
 
 describe("connections", () => {
   it.live("registration refuses unsafe destinations and invalid schemas; tools exist only after review", () =>
@@ -138,17 +97,14 @@ describe("tool runs", () => {
       expect(claims.exp - claims.iat).toBeLessThanOrEqual(60)
       const types = (yield* s.eventList(run.id)).map((e) => e.type)
       expect(types).toEqual(["run.queued", "run.started", "run.message", "run.tool_call.started", "run.tool_call.completed", "run.message", "run.succeeded"])
-      const completed = (yield* s.eventList(run.id)).find((e) => e.type === "run.tool_call.completed")
+      const completed = yield* s.toolEvent(run.id, "run.tool_call.completed")
       expect(completed.data.output).toEqual({ order_id: "o-1", status: "shipped", amount: 42 })
       expect(done.usage.tool_calls ?? 1).toBe(1)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
   it.live("a write: requires_action with the exact details; a key alone cannot decide; approved, executed exactly once", () =>
     Effect.gen(function*() {
-      const s = yield* setup([
-        { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
-        { type: "text", text: "Refunded." }
-      ])
+      const s = yield* setup(REFUND)
       const run = yield* s.startRun
       const waiting = yield* s.waitFor(run.id, ["requires_action", ...TERMINAL])
       expect(waiting.status).toBe("requires_action")
@@ -186,33 +142,25 @@ describe("tool runs", () => {
         { type: "text", text: "Okay, no refund." }
       ])
       const run = yield* s.startRun
-      yield* s.waitFor(run.id, ["requires_action"])
-      const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
-      const token = yield* s.actorToken
-      data(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "deny", reason: "not eligible" }, { "x-actor-token": token }))
+      yield* s.decide(run.id, "deny", "not eligible")
       const done = yield* s.waitFor(run.id, TERMINAL)
       expect(done.status).toBe("succeeded")
       expect(s.host.calls).toHaveLength(0)
-      const failed = (yield* s.eventList(run.id)).find((e) => e.type === "run.tool_call.failed")
+      const failed = yield* s.toolEvent(run.id, "run.tool_call.failed")
       expect(failed.data.error).toMatchObject({ type: "denied", reason: "not eligible" })
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
   it.live("an ambiguous write (500 after commit) is reconciled, never replayed: succeeded continues with its output", () =>
     Effect.gen(function*() {
-      const s = yield* setup([
-        { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
-        { type: "text", text: "Refunded." }
-      ])
+      const s = yield* setup(REFUND)
       s.host.knobs.afterWrite = "500"
       const run = yield* s.startRun
-      yield* s.waitFor(run.id, ["requires_action"])
-      const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
-      data(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": yield* s.actorToken }))
+      yield* s.decide(run.id)
       const done = yield* s.waitFor(run.id, TERMINAL)
       expect(done.status).toBe("succeeded")
       expect(s.host.calls.filter((c) => c.path === "/refunds")).toHaveLength(1)
       expect(s.host.calls.filter((c) => c.path.startsWith("/refunds/operations/"))).toHaveLength(1)
-      const completed = (yield* s.eventList(run.id)).find((e) => e.type === "run.tool_call.completed")
+      const completed = yield* s.toolEvent(run.id, "run.tool_call.completed")
       expect(completed.data.output).toEqual([...s.host.refunds.values()][0])
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
@@ -222,33 +170,25 @@ describe("tool runs", () => {
         { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
         { type: "text", text: "The refund did not go through." }
       ])
-      s.host.knobs.afterWrite = "500"
+      // the customer's commit fails: reconciliation will not find the operation
+      s.host.knobs.afterWrite = "rolled_back"
       const run = yield* s.startRun
-      yield* s.waitFor(run.id, ["requires_action"])
-      const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
-      // the "commit" is lost: reconciliation will not find the operation
-      const clear = setInterval(() => s.host.refunds.clear(), 5)
-      data(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": yield* s.actorToken }))
+      yield* s.decide(run.id)
       const done = yield* s.waitFor(run.id, TERMINAL)
-      clearInterval(clear)
       expect(done.status).toBe("succeeded")
-      const failed = (yield* s.eventList(run.id)).find((e) => e.type === "run.tool_call.failed")
+      const failed = yield* s.toolEvent(run.id, "run.tool_call.failed")
       expect(failed.data.error.type).toBe("write_not_applied")
-      expect(s.host.calls.filter((c) => c.path === "/refunds")).toHaveLength(1)
+      expect(s.host.calls.map((c) => c.path)).toEqual(["/refunds", `/refunds/operations/${encodeURIComponent(s.host.calls[0]!.operationId!)}`])
+      expect(s.host.refunds.size).toBe(0)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
   it.live("no answer and no reconciliation: outcome_unknown (never rerun); a later reconciliation adds run.reconciled", () =>
     Effect.gen(function*() {
-      const s = yield* setup([
-        { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
-        { type: "text", text: "Refunded." }
-      ])
+      const s = yield* setup(REFUND)
       s.host.knobs.afterWrite = "hang"
       s.host.knobs.reconciliation = "500"
       const run = yield* s.startRun
-      yield* s.waitFor(run.id, ["requires_action"])
-      const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
-      data(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": yield* s.actorToken }))
+      yield* s.decide(run.id)
       const lost = yield* s.waitFor(run.id, TERMINAL, 400)
       expect(lost.status).toBe("outcome_unknown")
       expect(s.host.calls.filter((c) => c.path === "/refunds")).toHaveLength(1)
@@ -264,15 +204,64 @@ describe("tool runs", () => {
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings({ reconcileRetrySeconds: 1 })))), 60_000)
 })
 
+describe("acting users, cancel during a write", () => {
+  it.live("a run made with X-Actor-Token acts for the user; deleting the user stops it before its next tool call", () =>
+    Effect.gen(function*() {
+      const s = yield* setup([
+        { type: "tool_call", tool: "get_order", input: { order_id: "o-1" } },
+        { type: "sleep", seconds: 2 },
+        { type: "tool_call", tool: "get_order", input: { order_id: "o-2" } },
+        { type: "text", text: "Done." }
+      ])
+      // without a token the service key acts
+      const keyRun = yield* s.startRun
+      expect(keyRun.user_id).toBeNull()
+      expect((yield* s.waitFor(keyRun.id, TERMINAL)).status).toBe("succeeded")
+      const keyClaims = s.host.calls[0]!.claims
+      expect(keyClaims.actor.type).toBe("api_key")
+      expect(keyClaims.sub).toBe(keyClaims.actor.id)
+      const conv = data(yield* s.call("POST", "/conversations", { workspace_id: s.ws.id, agent_revision_id: s.rev.id }), 201)
+      expectError(yield* s.call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "hi" }] }, { "x-actor-token": "act_forged" }), 403, "actor_token_invalid")
+
+      const run = yield* s.startRunWith({ "x-actor-token": yield* s.actorToken })
+      expect(run.user_id).toBe(s.user.id)
+      expect((yield* s.getRun(run.id)).user_id).toBe(s.user.id)
+      yield* eventually(Effect.succeed(s.host.calls), (calls) => calls.length === 3)
+      expect(s.host.calls[2]!.claims).toMatchObject({ sub: s.user.id, actor: { type: "user", id: s.user.id }, run_id: run.id })
+      // the model is "thinking" (2 s) before its second tool call: the user goes away meanwhile
+      expect((yield* s.call("DELETE", `/users/${s.user.id}`)).status).toBe(202)
+      const done = yield* s.waitFor(run.id, TERMINAL)
+      expect(done).toMatchObject({ status: "failed", status_reason: "authorization_revoked" })
+      expect(s.host.calls).toHaveLength(3)
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+
+  it.live("cancel during an accepted write does not undo it: the write finishes, its result is recorded, then the run is cancelled", () =>
+    Effect.gen(function*() {
+      const s = yield* setup(REFUND)
+      s.host.knobs.afterWrite = "slow"
+      const run = yield* s.startRun
+      yield* s.decide(run.id)
+      yield* eventually(Effect.succeed(s.host.refunds), (r) => r.size === 1)
+      const cancel = yield* s.call("POST", `/runs/${run.id}/cancel`)
+      expect(cancel.status, cancel.text).toBeLessThan(300)
+      const done = yield* s.waitFor(run.id, TERMINAL)
+      expect(done.status).toBe("cancelled")
+      const events = yield* s.eventList(run.id)
+      const types = events.map((e) => e.type)
+      expect(types.slice(-3)).toEqual(["run.cancel_requested", "run.tool_call.completed", "run.cancelled"])
+      expect(events.find((e) => e.type === "run.tool_call.completed").data.output).toEqual([...s.host.refunds.values()][0])
+      // called once, never reconciled or undone
+      expect(s.host.calls.map((c) => c.path)).toEqual(["/refunds"])
+      expect(s.host.refunds.size).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+})
+
 describe("approval budget (TestClock)", () => {
   it.effect("an approval nobody decides expires after 10 minutes: the run ends expired (approval_expired)", () =>
     Effect.gen(function*() {
       yield* TestClock.setTime(Date.now())
       yield* Effect.gen(function*() {
-        const s = yield* setup([
-          { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
-          { type: "text", text: "Refunded." }
-        ])
+        const s = yield* setup(REFUND)
         const run = yield* s.startRun
         yield* advanceUntil("1 second", s.getRun(run.id), (r) => r.status === "requires_action")
         yield* TestClock.adjust("9 minutes")
@@ -282,6 +271,74 @@ describe("approval budget (TestClock)", () => {
         const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
         expect(approval.status).toBe("expired")
         expect(s.host.calls).toHaveLength(0)
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...toolSettings(), cellIdleTimeoutSeconds: 3600 })))
+    }), 60_000)
+  it.effect("actor tokens live at most 5 minutes; an expired one is refused; a fresh one decides but does not extend the run", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.now())
+      yield* Effect.gen(function*() {
+        const s = yield* setup(REFUND)
+        // an assertion valid for an hour still gives a token of at most 5 minutes
+        const created = yield* Clock.currentTimeMillis
+        const long = yield* s.actorSession(3600)
+        expect(Date.parse(long.expires_at) - created).toBeLessThanOrEqual(5 * 60 * 1000)
+        expect(Date.parse(long.expires_at) - created).toBeGreaterThanOrEqual(5 * 60 * 1000 - 1000)
+
+        const run = yield* s.startRun
+        const waiting = yield* advanceUntil("1 second", s.getRun(run.id), (r) => r.status === "requires_action")
+        const [approval] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
+        yield* TestClock.adjust("5 minutes")
+        expectError(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": long.token }), 403, "actor_token_invalid")
+        const fresh = yield* s.actorSession()
+        data(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": fresh.token }))
+        const done = yield* advanceUntil("1 second", s.getRun(run.id), (r) => TERMINAL.includes(r.status))
+        expect(done.status).toBe("succeeded")
+        expect(done.authorization_expires_at).toBe(waiting.authorization_expires_at)
+        expect(s.host.refunds.size).toBe(1)
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...toolSettings(), cellIdleTimeoutSeconds: 3600 })))
+    }), 60_000)
+
+  it.effect("signing keys rotate with overlap: the old key stays published until its tokens expired, new calls use the new key", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.now())
+      yield* Effect.gen(function*() {
+        const app = yield* TestApp
+        const s = yield* setup([
+          { type: "tool_call", tool: "get_order", input: { order_id: "o-1" } },
+          { type: "text", text: "Shipped." }
+        ])
+        const jwksUrl = `${app.baseUrl}${s.sb.P}/jwks.json`
+        const kids = Effect.map(request("GET", `${s.sb.P}/jwks.json`), (r) => (r.body.keys as Array<any>).map((k) => k.kid as string))
+        const first = yield* s.startRun
+        yield* advanceUntil("1 second", s.getRun(first.id), (r) => TERMINAL.includes(r.status))
+        const oldKid = s.host.calls[0]!.kid!
+        expect(yield* kids).toEqual([oldKid])
+
+        const rotated = yield* operator("POST", `/tenants/${s.sb.tenantId}/environments/sandbox/signing-keys/rotate`)
+        expect(rotated.status, rotated.text).toBe(200)
+        const newKid = rotated.body.kid as string
+        const publishUntil = Date.parse(rotated.body.retired_publish_until)
+        expect(publishUntil - (yield* Clock.currentTimeMillis)).toBe((60 + 60) * 1000)
+        expect(newKid).not.toBe(oldKid)
+        expect((yield* kids).sort()).toEqual([oldKid, newKid].sort())
+        // a token signed before the rotation still verifies against the published set
+        const oldToken = s.host.calls[0]!
+        const verified = yield* Effect.promise(() =>
+          jwtVerify(oldToken.token, createRemoteJWKSet(new URL(jwksUrl)), { issuer: ISSUER, currentDate: new Date(oldToken.claims.iat * 1000) })
+        )
+        expect(verified.protectedHeader.kid).toBe(oldKid)
+
+        const second = yield* s.startRun
+        const done = yield* advanceUntil("1 second", s.getRun(second.id), (r) => TERMINAL.includes(r.status))
+        expect(done.status).toBe("succeeded")
+        expect(s.host.calls[1]!.kid).toBe(newKid)
+        expect(s.host.rejected).toEqual([])
+
+        // after the token life (60 s) and the skew (60 s), only the new key is published
+        yield* TestClock.setTime(publishUntil - 1000)
+        expect((yield* kids).sort()).toEqual([oldKid, newKid].sort())
+        yield* TestClock.setTime(publishUntil + 1000)
+        expect(yield* kids).toEqual([newKid])
       }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...toolSettings(), cellIdleTimeoutSeconds: 3600 })))
     }), 60_000)
 })

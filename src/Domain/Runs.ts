@@ -42,6 +42,10 @@ export const Run = Schema.Struct({
   object: Schema.Literal("run"),
   conversation_id: Schema.String,
   agent_revision_id: Schema.String,
+  user_id: Schema.NullOr(Schema.String).annotations({
+    description: "The user the run acts for: set when it was created with an `X-Actor-Token`; its tool calls " +
+      "carry this user as `actor`, and deleting the user stops the run before its next dispatch. Null: the service key acts"
+  }),
   status: RunStatus,
   status_reason: Schema.NullOr(Schema.String).annotations({
     description: "Why the run is in its status, e.g. authorization_revoked, start_deadline_exceeded, " +

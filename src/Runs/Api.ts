@@ -54,6 +54,11 @@ export class RunsApi extends HttpApiGroup.make("runs")
     HttpApiEndpoint.post("createRun")`/v1/tenants/${tenantId}/environments/${environment}/conversations/${conversationId}/runs`
       .setHeaders(Schema.Struct({
         ...IdempotencyHeaders.fields,
+        "x-actor-token": Schema.optional(Schema.String).annotations({
+          description: "An actor session token (`POST .../actor-sessions`): the run acts for that user. " +
+            "An unknown or expired token is 403 `actor_token_invalid`. The run's authorization still ends " +
+            "`authorization_expires_at` after creation; a fresh token does not extend it."
+        }),
         prefer: Schema.optional(Schema.String).annotations({
           description: "`wait=N` (1..10; larger counts as 10): wait up to N seconds for the run to end. " +
             "Answered with `Preference-Applied: wait=N`"

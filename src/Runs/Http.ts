@@ -26,7 +26,7 @@ export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
       .handle("createRun", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const p = yield* ownCell(path.tenant_id, path.environment)
-          const result = yield* runs.createRun(p, path.conversation_id, payload, headers.prefer)
+          const result = yield* runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"])
           return result.terminal ? TerminalRun.make({ run: result.run }) : result.run
         }))
       .handle("getRun", ({ path }) =>

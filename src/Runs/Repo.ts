@@ -76,6 +76,7 @@ export const toRun = (r: RunRow): Run => ({
   object: "run",
   conversation_id: r.conversation_id,
   agent_revision_id: r.agent_revision_id,
+  user_id: r.user_id,
   status: r.status,
   status_reason: r.status_reason,
   input: r.input,
@@ -201,6 +202,7 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
           | "conversation_id"
           | "agent_revision_id"
           | "key_id"
+          | "user_id"
           | "start_deadline_at"
           | "authorization_expires_at"
           | "created_at"
@@ -212,10 +214,10 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
         const eventId = yield* makeId("evt")
         const [result] = yield* sql<{ admitted: string }>`
           WITH run AS (
-            INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id,
+            INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
                               status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
             VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                    ${row.agent_revision_id}, ${row.key_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+                    ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
                     ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
             ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
             DO NOTHING

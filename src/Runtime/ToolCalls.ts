@@ -221,12 +221,15 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       if (!dispatched) return "stop" as Next
       // The call and the record of its answer are one uninterruptible step: a cancel (or a
       // budget) arriving meanwhile waits for it, and does not undo it.
-      const outcome = yield* Effect.uninterruptible(invoker.invoke(url, body, context(operationId)))
-      if (outcome._tag !== "Ambiguous") {
+      const answered = yield* Effect.uninterruptible(Effect.gen(function*() {
+        const outcome = yield* invoker.invoke(url, body, context(operationId))
+        if (outcome._tag === "Ambiguous") return outcome
         const settledAt = yield* now
-        return yield* Effect.uninterruptible(settle(outcome, (ok, output, error) =>
-          operations.settleOperation(operationId, ok ? "succeeded" : "failed", settledAt, { output, error })))
-      }
+        return yield* settle(outcome, (ok, output, error) =>
+          operations.settleOperation(operationId, ok ? "succeeded" : "failed", settledAt, { output, error }))
+      }))
+      if (typeof answered === "string") return answered
+      const outcome = answered
       yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
       operation = { id: operationId, run_id: row.id, tool_call_id: call.call_id, tool_id: tool.id, status: "dispatched", output: null, attempts: 1, next_reconcile_at: null }
     }

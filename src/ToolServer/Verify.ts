@@ -52,7 +52,7 @@ const reject = (code: RejectionCode, message: string, status = 401) =>
   Effect.fail(new InvocationRejected({ code, message, status }))
 
 export interface Actor {
-  readonly type: "user" | "service_actor"
+  readonly type: "user" | "service_actor" | "api_key"
   readonly id: string
 }
 
@@ -86,6 +86,9 @@ export interface VerifiedInvocation {
   /** Present for every write (and for reads the platform chose to tag). */
   readonly operationId: string | undefined
 }
+
+/** Who a run acts for: a user (created with an actor token), a service actor, or the service key itself. */
+const ACTOR_TYPES = new Set(["user", "service_actor", "api_key"])
 
 export interface VerifierConfig {
   /** `{platform}/v1/tenants/{tenant}/environments/{env}/jwks.json` */
@@ -229,10 +232,10 @@ export const makeVerifier = (config: VerifierConfig): Verifier => {
       }
       const actor = claims.actor
       if (
-        typeof actor !== "object" || actor === null || (actor.type !== "user" && actor.type !== "service_actor") ||
+        typeof actor !== "object" || actor === null || !ACTOR_TYPES.has(actor.type) ||
         !nonEmpty(actor.id) || claims.sub !== actor.id
       ) {
-        return yield* reject("invalid_actor", "the token's actor must be {type: user|service_actor, id} with id = sub")
+        return yield* reject("invalid_actor", "the token's actor must be {type: user|service_actor|api_key, id} with id = sub")
       }
       if (!nonEmpty(claims.jti) || !nonEmpty(claims.run_id) || !nonEmpty(claims.tool_id)) {
         return yield* reject("invalid_token", "the token must carry jti, run_id and tool_id")

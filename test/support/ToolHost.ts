@@ -14,13 +14,16 @@ import type { AddressInfo } from "node:net"
 
 export interface ToolHost {
   readonly baseUrl: string
-  readonly calls: Array<{ path: string; claims: Record<string, any>; body: string; operationId: string | undefined }>
+  readonly calls: Array<{ path: string; claims: Record<string, any>; kid: string | undefined; token: string; body: string; operationId: string | undefined }>
   readonly rejected: Array<{ path: string; reason: string }>
   /** operation id -> refund */
   readonly refunds: Map<string, { refund_id: string; order_id: string; amount: number }>
   knobs: {
-    /** after committing a write: "ok" answers, "500" answers 500, "hang" never answers */
-    afterWrite: "ok" | "500" | "hang"
+    /**
+     * after committing a write: "ok" answers, "slow" answers after 1.5 s, "500" answers 500, "hang"
+     * never answers; "rolled_back" answers 500 and the write is not kept (its commit failed)
+     */
+    afterWrite: "ok" | "slow" | "500" | "hang" | "rolled_back"
     /** the reconciliation endpoint: "truth" answers from the store, "500" fails */
     reconciliation: "truth" | "500"
   }
@@ -52,6 +55,7 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
         const url = `${host.baseUrl}${path}`
         const token = (req.headers.authorization ?? "").replace(/^Bearer /, "")
         let claims: Record<string, any>
+        let kid: string | undefined
         try {
           const verified = await jwtVerify(token, createRemoteJWKSet(new URL(options.jwksUrl())), {
             issuer: options.issuer,
@@ -60,6 +64,7 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
             algorithms: ["EdDSA"]
           })
           claims = verified.payload as Record<string, any>
+          kid = verified.protectedHeader.kid
           if (claims.input_digest !== digest(body)) throw new Error("input digest mismatch")
           if (claims.tenant_id !== options.tenantId()) throw new Error("wrong tenant")
           if (claims.exp - claims.iat > 60) throw new Error("token lives too long")
@@ -69,7 +74,7 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
           return json(res, 401, { error: { code: "invalid_token" } })
         }
         const operationId = req.headers["x-operation-id"] as string | undefined
-        host.calls.push({ path, claims, body, operationId })
+        host.calls.push({ path, claims, kid, token, body, operationId })
         if (req.method === "POST" && path === "/orders/get") {
           const input = JSON.parse(body)
           return json(res, 200, { order_id: input.order_id, status: "shipped", amount: 42 })
@@ -82,7 +87,12 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
             host.refunds.set(operationId!, refund) // "committed"
           }
           if (host.knobs.afterWrite === "500") return json(res, 500, { error: "boom" })
+          if (host.knobs.afterWrite === "rolled_back") {
+            host.refunds.delete(operationId!)
+            return json(res, 500, { error: "commit failed" })
+          }
           if (host.knobs.afterWrite === "hang") return void hanging.add(res)
+          if (host.knobs.afterWrite === "slow") return void setTimeout(() => json(res, 200, refund), 1500)
           return json(res, 200, refund)
         }
         const m = /^\/refunds\/operations\/([^/]+)$/.exec(path)
@@ -113,8 +123,15 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
       })
   ).pipe(Effect.map(({ host }) => host))
 
-/** The connection registration body for this host. */
-export const connectionBody = (baseUrl: string) => ({
+/** The connection registration body for this host (or another orders server, with its paths). */
+export const connectionBody = (
+  baseUrl: string,
+  paths: { readonly read: string; readonly write: string; readonly reconciliation: string } = {
+    read: "/orders/get",
+    write: "/refunds",
+    reconciliation: "/refunds/operations/{operation_id}"
+  }
+) => ({
   name: "Orders",
   type: "customer_https",
   owner: { type: "tenant" },
@@ -124,15 +141,15 @@ export const connectionBody = (baseUrl: string) => ({
     {
       name: "get_order",
       effect: "read",
-      path: "/orders/get",
+      path: paths.read,
       input_schema: { type: "object", properties: { order_id: { type: "string" } }, required: ["order_id"], additionalProperties: false },
       output_schema: { type: "object", properties: { order_id: { type: "string" }, status: { type: "string" }, amount: { type: "number" } }, required: ["order_id", "status"] }
     },
     {
       name: "create_refund",
       effect: "write",
-      path: "/refunds",
-      reconciliation_path: "/refunds/operations/{operation_id}",
+      path: paths.write,
+      reconciliation_path: paths.reconciliation,
       input_schema: { type: "object", properties: { order_id: { type: "string" }, amount: { type: "number" } }, required: ["order_id", "amount"] },
       output_schema: { type: "object", properties: { refund_id: { type: "string" } }, required: ["refund_id"] }
     }
