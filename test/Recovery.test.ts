@@ -283,9 +283,10 @@ describe("crash recovery", () => {
           )
           if (snapshot.status.get(id) === "running" && id !== victim) {
             // Executing at the kill: it continued from its last committed step (run.started, by the
-            // killed process's cell), with no second start, and its answer came after the kill.
+            // killed process's cell, or by an earlier one when the killed process had recovered it
+            // without committing a step yet), with no second start, and its answer came after the kill.
             expect(before.map((e) => e.type), `${trail} (kill point ${snapshot.point})`).toEqual(["run.queued", "run.started"])
-            expect(started!.data.cell_generation, trail).toBe(snapshot.generation)
+            expect(started!.data.cell_generation, trail).toBeLessThanOrEqual(snapshot.generation)
             const message = mine.find((e) => e.type === "run.message")!
             expect(message.created_at.getTime(), trail).toBeGreaterThan(snapshot.killedAt)
           }

@@ -10,7 +10,13 @@ import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { defaultToolSettings } from "../src/Settings.js"
-import { CREATE_REFUND_PATH, GET_ORDER_PATH, REFUND_RECONCILIATION_PATH, startExample } from "../src/ToolServer/Example.js"
+import {
+  CREATE_REFUND_PATH,
+  type ExampleOptions,
+  GET_ORDER_PATH,
+  REFUND_RECONCILIATION_PATH,
+  startExample
+} from "../src/ToolServer/Example.js"
 import { freshDatabase, makeTestApp } from "./support/App.js"
 import { connectionBody } from "./support/ToolHost.js"
 import { TERMINAL, TOOL_ISSUER, toolSandbox } from "./support/ToolSandbox.js"
@@ -19,13 +25,13 @@ const exampleConnection = (baseUrl: string) =>
   connectionBody(baseUrl, { read: GET_ORDER_PATH, write: CREATE_REFUND_PATH, reconciliation: REFUND_RECONCILIATION_PATH })
 
 /** A sandbox whose agent calls the example server, on its own database (the customer's). */
-const setup = (steps: ReadonlyArray<Record<string, unknown>>) =>
+const setup = (steps: ReadonlyArray<Record<string, unknown>>, options: Partial<ExampleOptions> = {}) =>
   Effect.gen(function*() {
     const customerDb = yield* freshDatabase
     const db = yield* Layer.build(PgClient.layer({ url: Redacted.make(customerDb.url), maxConnections: 5 }))
     const s = yield* toolSandbox({
       server: (sb) =>
-        startExample({ jwksUrl: sb.jwksUrl, issuer: TOOL_ISSUER, tenantId: sb.tenantId, environment: "sandbox" }).pipe(Effect.provide(db)),
+        startExample({ jwksUrl: sb.jwksUrl, issuer: TOOL_ISSUER, tenantId: sb.tenantId, environment: "sandbox", ...options }).pipe(Effect.provide(db)),
       connection: exampleConnection,
       steps
     })
@@ -95,5 +101,20 @@ describe("platform -> SDK example server", () => {
       const run = yield* s.startRun
       yield* s.decide(run.id)
       yield* succeededWithOneRefund(s, run.id)
+    }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
+
+  it.live("the SDK refuses real platform tokens meant for another audience or an older cell generation; the agent sees why", () =>
+    Effect.gen(function*() {
+      const READ = [{ type: "tool_call", tool: "get_order", input: { order_id: "o_2" } }, { type: "text", text: "Could not." }]
+      for (const [options, code] of [
+        [{ publicBaseUrl: "https://tools.acme.test" }, "wrong_audience"],
+        [{ minCellGeneration: 2 }, "stale_cell_generation"]
+      ] as const) {
+        const s = yield* setup(READ, options)
+        const run = yield* s.startRun
+        expect((yield* s.waitFor(run.id, TERMINAL)).status).toBe("succeeded")
+        const failed = yield* s.toolEvent(run.id, "run.tool_call.failed")
+        expect(failed?.data.error, code).toMatchObject({ type: "tool_error", status: 401, body: { error: { code } } })
+      }
     }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
 })
