@@ -235,6 +235,25 @@ describe("acting users, cancel during a write", () => {
       expect(s.host.calls).toHaveLength(3)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
+  it.live("idempotency of a user's request is scoped by the user: a retry with a fresh token replays, the key alone does not", () =>
+    Effect.gen(function*() {
+      const s = yield* setup([{ type: "text", text: "Hello." }])
+      const conv = data(yield* s.call("POST", "/conversations", { workspace_id: s.ws.id, agent_revision_id: s.rev.id }), 201)
+      const post = (headers: Record<string, string>) =>
+        request("POST", `${s.sb.P}/conversations/${conv.id}/runs`, { key: s.key, idempotencyKey: "run-once-1", body: { input: [{ type: "text", text: "hi" }] }, headers })
+      const first = yield* post({ "x-actor-token": yield* s.actorToken })
+      expect(first.status, first.text).toBe(202)
+      const retried = yield* post({ "x-actor-token": yield* s.actorToken })
+      expect(retried.headers.get("idempotent-replayed")).toBe("true")
+      expect(retried.body.data.id).toBe(first.body.data.id)
+      yield* s.waitFor(first.body.data.id, TERMINAL)
+      const asKey = yield* post({})
+      expect(asKey.status, asKey.text).toBe(202)
+      expect(asKey.headers.get("idempotent-replayed")).toBeNull()
+      expect(asKey.body.data).toMatchObject({ user_id: null })
+      expect(asKey.body.data.id).not.toBe(first.body.data.id)
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+
   it.live("cancel during an accepted write does not undo it: the write finishes, its result is recorded, then the run is cancelled", () =>
     Effect.gen(function*() {
       const s = yield* setup(REFUND)

@@ -22,6 +22,7 @@ import {
 import { currentRequest, type RequestState } from "../Domain/RequestContext.js"
 import { Cells } from "../Runtime/Cells.js"
 import { AdmitRequest } from "../Runtime/CellProtocol.js"
+import { Actors } from "../Actors.js"
 import { Auth } from "./Auth.js"
 import * as Idempotency from "./Idempotency.js"
 
@@ -110,10 +111,14 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     }
     const idem = yield* Idempotency.Idempotency
     const path = pathOf(request.url)
+    // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
+    // another user's request with the same key does not see this one's result).
+    const actorToken = request.headers["x-actor-token"]
+    const user = actorToken === undefined ? undefined : yield* (yield* Actors).requireActor(principal, actorToken)
     const scope: Idempotency.Scope = {
       tenantId: principal.tenantId,
       environment: principal.environment,
-      actor: `${principal.actor.type}:${principal.actor.id}`,
+      actor: user === undefined ? `${principal.actor.type}:${principal.actor.id}` : `${user.type}:${user.id}`,
       method: request.method,
       path,
       key
@@ -161,7 +166,7 @@ export const pipeline = HttpMiddleware.make((app) =>
     }
     const path = pathOf(request.url)
     const handled = path.startsWith("/v1/") && !isPublicV1(path) ? guarded(app, state) : app
-    type Needs = HttpServerRequest.HttpServerRequest | Auth | Cells | Idempotency.Idempotency
+    type Needs = HttpServerRequest.HttpServerRequest | Auth | Cells | Idempotency.Idempotency | Actors
     const response = yield* (handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>).pipe(
       Effect.catchIf(isApiError, (e) => Effect.succeed(errorResponse(e, state.requestId))),
       Effect.catchAllCause((cause) => escaped(cause, state)),
