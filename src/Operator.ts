@@ -11,6 +11,8 @@ import type { PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Domain/Scopes.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
+import { Cells } from "./Runtime/Cells.js"
+import { GetCellStats } from "./Runtime/CellProtocol.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import * as Repo from "./Platform/Repo.js"
 
@@ -30,6 +32,15 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const quickstarts = yield* Quickstarts
+    const cells = yield* Cells
+
+    /** What the environment's cell holds now (it is started if it was not running). 404 for an unknown environment. */
+    const cellStats = (t: string, e: EnvironmentName) =>
+      Effect.gen(function*() {
+        const [env] = yield* sql<{ state: string }>`SELECT state FROM environments WHERE tenant_id = ${t} AND name = ${e}`
+        if (!env || env.state === "deleted") return yield* notFound("environment", "environment")
+        return yield* cells.send({ tenantId: t, environment: e }, new GetCellStats())
+      })
 
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>
       Effect.gen(function*() {
@@ -108,7 +119,8 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       approvePilot: (id: string) => dieOnSqlError(approvePilot(id)),
       createKey: (t: string, e: EnvironmentName, body: Parameters<typeof createKey>[2]) => dieOnSqlError(createKey(t, e, body)),
       /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
-      getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e)
+      getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),
+      cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e))
     } as const
   }),
   dependencies: [Quickstarts.Default]

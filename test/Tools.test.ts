@@ -119,6 +119,12 @@ describe("tool runs", () => {
         operation: { name: "create_refund", effect: "write" }
       })
       expect(s.host.calls).toHaveLength(0)
+      // waiting for a human holds no fiber: the run is parked on the cell's timer
+      const cellStats = Effect.map(operator("GET", `/tenants/${s.sb.tenantId}/environments/sandbox/cell`), (r) => {
+        expect(r.status, r.text).toBe(200)
+        return r.body
+      })
+      expect(yield* cellStats).toMatchObject({ running_actors: 0, parked_runs: 1 })
       expectError(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }), 403, "actor_required")
       expectError(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "approve" }, { "x-actor-token": "act_forged" }), 403, "actor_token_invalid")
       const token = yield* s.actorToken
@@ -128,6 +134,7 @@ describe("tool runs", () => {
       expect(done.status).toBe("succeeded")
       expect(s.host.refunds.size).toBe(1)
       expect(s.host.calls.filter((c) => c.path === "/refunds")).toHaveLength(1)
+      expect(yield* eventually(cellStats, (c) => c.running_actors === 0)).toMatchObject({ running_actors: 0, parked_runs: 0 })
       const types = (yield* s.eventList(run.id)).map((e) => e.type)
       expect(types).toEqual(["run.queued", "run.started", "run.message", "run.requires_action", "run.approval.decided", "run.tool_call.started", "run.tool_call.completed", "run.message", "run.succeeded"])
       const started = (yield* s.eventList(run.id)).find((e) => e.type === "run.tool_call.started")
@@ -358,6 +365,34 @@ describe("approval budget (TestClock)", () => {
         expect((yield* kids).sort()).toEqual([oldKid, newKid].sort())
         yield* TestClock.setTime(publishUntil + 1000)
         expect(yield* kids).toEqual([newKid])
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...toolSettings(), cellIdleTimeoutSeconds: 3600 })))
+    }), 60_000)
+  it.effect("the earliest budget wins: a second approval still pending when the run's 15 minutes of authorization end -> authorization_expired", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.now())
+      yield* Effect.gen(function*() {
+        const s = yield* setup([
+          { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
+          { type: "tool_call", tool: "create_refund", input: { order_id: "o-2", amount: 7 } },
+          { type: "text", text: "Refunded both." }
+        ])
+        const run = yield* s.startRun
+        const created = Date.parse(run.created_at)
+        yield* advanceUntil("1 second", s.getRun(run.id), (r) => r.status === "requires_action")
+        yield* TestClock.adjust("9 minutes")
+        const [first] = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items
+        data(yield* s.call("POST", `/approvals/${first.id}/decision`, { decision: "approve" }, { "x-actor-token": yield* s.actorToken }))
+        // the first refund is made; the second waits for its own approval (10 min would be ~19 min in)
+        yield* advanceUntil("1 second", s.call("GET", `/approvals?run_id=${run.id}&status=pending`), (r) => r.body.items.length === 1)
+        expect(s.host.refunds.size).toBe(1)
+        yield* TestClock.setTime(created + 15 * 60 * 1000 - 5000)
+        expect((yield* s.getRun(run.id)).status).toBe("requires_action")
+        const done = yield* advanceUntil("1 second", s.getRun(run.id), (r) => TERMINAL.includes(r.status), 30)
+        expect(done).toMatchObject({ status: "expired", status_reason: "authorization_expired" })
+        expect(Date.parse(done.completed_at)).toBeLessThanOrEqual(created + 15 * 60 * 1000 + 2000)
+        const approvals = (yield* s.call("GET", `/approvals?run_id=${run.id}`)).body.items.map((a: any) => a.status).sort()
+        expect(approvals).toEqual(["approved", "expired"])
+        expect(s.host.refunds.size).toBe(1)
       }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...toolSettings(), cellIdleTimeoutSeconds: 3600 })))
     }), 60_000)
 })

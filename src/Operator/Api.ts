@@ -1,4 +1,5 @@
 /** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
+import { CellStats } from "../Runtime/CellProtocol.js"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { EnvironmentName, PathId } from "../Domain/Ids.js"
@@ -51,6 +52,10 @@ export class OperatorApi extends HttpApiGroup.make("operator")
   .add(
     HttpApiEndpoint.post("rotateSigningKey")`/operator/v1/tenants/${tenantId}/environments/${environment}/signing-keys/rotate`
       .addSuccess(Schema.Struct({ kid: Schema.String, retired_publish_until: Schema.String }))
+  )
+  .add(
+    HttpApiEndpoint.get("getCellStats")`/operator/v1/tenants/${tenantId}/environments/${environment}/cell`
+      .addSuccess(CellStats)
   )
   .middleware(OperatorAuth)
   .annotate(OpenApi.Exclude, true)

@@ -25,6 +25,7 @@ export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
     const tools = yield* Tools
     const signing = yield* SigningKeys
     return handlers
+      .handle("getCellStats", ({ path }) => operator.cellStats(path.tenant_id, path.environment))
       .handle("reviewConnection", ({ path, payload }) => tools.review(path.id, payload.decision, payload.note))
       .handle("rotateSigningKey", ({ path }) =>
         Effect.gen(function*() {

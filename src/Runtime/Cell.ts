@@ -119,6 +119,13 @@ export const make = (id: CellId, options: CellOptions) =>
             return Effect.sync(() => openStream(command.actorId))
           case "CloseStream":
             return Effect.sync(() => closeStream(command.actorId))
+          case "GetCellStats":
+            return Effect.map(FiberMap.size(actors), (running) => ({
+              generation,
+              running_actors: running,
+              parked_runs: alarms.size,
+              streams: streams.total
+            }))
         }
       })()
       return Effect.zipLeft(

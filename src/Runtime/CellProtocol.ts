@@ -48,7 +48,20 @@ export type OpenStreamReply = typeof OpenStreamReply.Type
 /** Release a slot taken by OpenStream. */
 export class CloseStream extends Schema.TaggedClass<CloseStream>()("CloseStream", { actorId: Schema.String }) {}
 
-export const CellCommand = Schema.Union(AdmitRequest, GetGeneration, StartRun, CancelRun, OpenStream, CloseStream)
+/** What the cell holds now (operators; tests of "no fiber while waiting"). */
+export class GetCellStats extends Schema.TaggedClass<GetCellStats>()("GetCellStats", {}) {}
+export const CellStats = Schema.Struct({
+  generation: Schema.Number,
+  /** run actors (fibers) executing */
+  running_actors: Schema.Number,
+  /** runs parked with a timer (waiting for an approval) and no fiber */
+  parked_runs: Schema.Number,
+  /** open SSE streams */
+  streams: Schema.Number
+})
+export type CellStats = typeof CellStats.Type
+
+export const CellCommand = Schema.Union(AdmitRequest, GetGeneration, StartRun, CancelRun, OpenStream, CloseStream, GetCellStats)
 export type CellCommand = typeof CellCommand.Type
 
 export interface CellReplies {
@@ -58,5 +71,6 @@ export interface CellReplies {
   readonly CancelRun: void
   readonly OpenStream: OpenStreamReply
   readonly CloseStream: void
+  readonly GetCellStats: CellStats
 }
 export type ReplyOf<C extends CellCommand> = CellReplies[C["_tag"]]
