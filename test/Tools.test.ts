@@ -80,6 +80,36 @@ describe("connections", () => {
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 })
 
+describe("tool references", () => {
+  it.live("revisions reference only reviewed tools of their own tenant and environment; a rejected connection makes none", () =>
+    Effect.gen(function*() {
+      const s = yield* setup(REFUND)
+      // another tenant, with a connection to the same host
+      const other = yield* provisionSandbox(undefined, "Globex")
+      const otherKey = (yield* createKey(other.tenantId, SCOPES, "manager")).secret
+      const otherCall = (method: string, path: string, body?: unknown) =>
+        request(method, `${other.P}${path}`, { key: otherKey, ...(body === undefined ? {} : { body }) })
+      const rejectedConn = data(yield* otherCall("POST", "/connections", connectionBody(s.host.baseUrl)), 201)
+      const rejected = yield* operator("POST", `/connections/${rejectedConn.id}/review`, { decision: "reject", note: "unknown vendor" })
+      expect(rejected.body).toMatchObject({ status: "rejected", tool_ids: [] })
+      expect((yield* otherCall("GET", `/tools?connection_id=${rejectedConn.id}`)).body.items).toEqual([])
+
+      const ws = data(yield* otherCall("POST", "/workspaces", { name: "W" }), 201)
+      const mp = data(yield* otherCall("POST", "/model-profiles", { name: "s", provider: "scripted", model: "m", settings: { steps: REFUND } }), 201)
+      const agent = data(yield* otherCall("POST", "/agents", { workspace_id: ws.id, name: "A" }), 201)
+      const revise = (tool_ids: ReadonlyArray<string>) =>
+        otherCall("POST", `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "x", tool_ids })
+      const foreign = yield* revise([s.tools[0].id])
+      expectError(foreign, 400, "unknown_tool")
+      expect(foreign.body.error.param).toBe("tool_ids.0")
+      expect((yield* otherCall("GET", `/tools/${s.tools[0].id}`)).status).toBe(404)
+      // the control: its own reviewed tools are accepted
+      const ownConn = data(yield* otherCall("POST", "/connections", connectionBody(s.host.baseUrl)), 201)
+      const approved = yield* operator("POST", `/connections/${ownConn.id}/review`, { decision: "approve" })
+      expect(data(yield* revise(approved.body.tool_ids), 201).tool_ids).toEqual(approved.body.tool_ids)
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+})
+
 describe("tool runs", () => {
   it.live("a read: signed call verified by jose against jwks.json, output back to the agent, run succeeded", () =>
     Effect.gen(function*() {
