@@ -132,6 +132,21 @@ describe("tool runs", () => {
       expect(done.usage.tool_calls ?? 1).toBe(1)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
+  it.live("input is checked against the input schema before the call, output against the output schema after it", () =>
+    Effect.gen(function*() {
+      const s = yield* setup([
+        { type: "tool_call", tool: "get_order", input: { order_id: 5 } },
+        { type: "tool_call", tool: "get_order", input: { order_id: "o-broken" } },
+        { type: "text", text: "Sorry." }
+      ])
+      const run = yield* s.startRun
+      expect((yield* s.waitFor(run.id, TERMINAL)).status).toBe("succeeded")
+      const failures = (yield* s.eventList(run.id)).filter((e) => e.type === "run.tool_call.failed").map((e) => e.data.error.type)
+      expect(failures).toEqual(["invalid_input", "invalid_output"])
+      // the bad input never left; the bad output came from the one call made
+      expect(s.host.calls.map((c) => JSON.parse(c.body))).toEqual([{ order_id: "o-broken" }])
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+
   it.live("a write: requires_action with the exact details; a key alone cannot decide; approved, executed exactly once", () =>
     Effect.gen(function*() {
       const s = yield* setup(REFUND)

@@ -77,6 +77,8 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
         host.calls.push({ path, claims, kid, token, body, operationId })
         if (req.method === "POST" && path === "/orders/get") {
           const input = JSON.parse(body)
+          // "o-broken" answers without the `status` its output schema requires
+          if (input.order_id === "o-broken") return json(res, 200, { order_id: input.order_id })
           return json(res, 200, { order_id: input.order_id, status: "shipped", amount: 42 })
         }
         if (req.method === "POST" && path === "/refunds") {
