@@ -187,6 +187,22 @@ describe("tool runs", () => {
       expectError(yield* s.call("POST", `/approvals/${approval.id}/decision`, { decision: "deny" }, { "x-actor-token": token }), 409, "approval_not_pending")
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
 
+  it.live("approval re-checks revocation: the run's key revoked while it waited -> authorization_revoked, the write never called", () =>
+    Effect.gen(function*() {
+      const s = yield* setup(REFUND)
+      const runner = yield* createKey(s.sb.tenantId, ["conversations:write", "runs:write", "runs:read"], "runner")
+      const admin = (yield* createKey(s.sb.tenantId, ["keys:revoke", "conversations:write", "runs:write", "runs:read"], "admin")).secret
+      const conv = data(yield* s.call("POST", "/conversations", { workspace_id: s.ws.id, agent_revision_id: s.rev.id }), 201)
+      const run = data(yield* request("POST", `${s.sb.P}/conversations/${conv.id}/runs`, { key: runner.secret, body: { input: [{ type: "text", text: "refund" }] } }), 202)
+      yield* s.approvalOf(run.id)
+      const revoked = yield* request("POST", `${s.sb.P}/api-keys/${runner.id}/revoke`, { key: admin })
+      expect(revoked.status, revoked.text).toBe(200)
+      yield* s.decide(run.id)
+      const done = yield* s.waitFor(run.id, TERMINAL)
+      expect(done).toMatchObject({ status: "failed", status_reason: "authorization_revoked" })
+      expect(s.host.calls).toHaveLength(0)
+    }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+
   it.live("a denied write is never called; the agent gets a denied result and the run continues", () =>
     Effect.gen(function*() {
       const s = yield* setup([
