@@ -7,7 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Clock, Effect, Option, TestClock } from "effect"
 import { createRemoteJWKSet, jwtVerify } from "jose"
 import { defaultToolSettings } from "../src/Settings.js"
-import { makeTestApp, TestApp } from "./support/App.js"
+import { freshDatabase, makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { connectionBody, startToolHost } from "./support/ToolHost.js"
 import { data, TERMINAL, TOOL_ISSUER, TOOL_SCOPES, toolSandbox } from "./support/ToolSandbox.js"
@@ -341,6 +341,46 @@ describe("acting users, cancel during a write", () => {
       expect(s.host.calls.map((c) => c.path)).toEqual(["/refunds"])
       expect(s.host.refunds.size).toBe(1)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+})
+
+describe("restart", () => {
+  it.live("a run waiting for approval survives a restart: recovery parks it again, and a decision after it executes the write once", () =>
+    Effect.gen(function*() {
+      const db = yield* freshDatabase
+      const at = { base: "", P: "", tenantId: "" }
+      const host = yield* startToolHost({ jwksUrl: () => `${at.base}${at.P}/jwks.json`, issuer: ISSUER, tenantId: () => at.tenantId })
+      const cellOf = (tenantId: string) =>
+        Effect.map(operator("GET", `/tenants/${tenantId}/environments/sandbox/cell`), (r) => r.body)
+
+      // the first process: the run asks for an approval, then the process stops
+      const { s, runId, generation } = yield* Effect.gen(function*() {
+        at.base = (yield* TestApp).baseUrl
+        const s = yield* toolSandbox({
+          server: (sb) => Effect.sync(() => Object.assign(at, { P: sb.P, tenantId: sb.tenantId }) && host),
+          connection: connectionBody,
+          steps: REFUND
+        })
+        const run = yield* s.startRun
+        yield* s.approvalOf(run.id)
+        const cell = yield* cellOf(s.sb.tenantId)
+        expect(cell).toMatchObject({ running_actors: 0, parked_runs: 1 })
+        return { s, runId: run.id as string, generation: cell.generation as number }
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings(), db.url)))
+
+      // the second process on the same database
+      yield* Effect.gen(function*() {
+        at.base = (yield* TestApp).baseUrl
+        const cell = yield* eventually(cellOf(s.sb.tenantId), (c) => c.parked_runs === 1)
+        expect(cell).toMatchObject({ running_actors: 0, parked_runs: 1 })
+        expect(cell.generation).toBeGreaterThan(generation)
+        expect((yield* s.getRun(runId)).status).toBe("requires_action")
+        yield* s.decide(runId)
+        expect((yield* s.waitFor(runId, TERMINAL)).status).toBe("succeeded")
+        expect(host.refunds.size).toBe(1)
+        expect(host.calls.map((c) => c.path)).toEqual(["/refunds"])
+        expect(host.calls[0]!.claims.cell_generation).toBe(cell.generation)
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings(), db.url)))
+    }).pipe(Effect.scoped), 60_000)
 })
 
 describe("approval budget (TestClock)", () => {
