@@ -774,6 +774,10 @@ layer(makeTestApp(), { excludeTestServices: true })("OpenAPI document and system
           expect(idem, label).toBeDefined()
           expect(idem.required, label).toBe(true)
         }
+        // header parameters are named as clients write them (X-Actor-Token, Prefer, Last-Event-ID)
+        for (const p of (op.parameters ?? []).filter((p: any) => p.in === "header")) {
+          expect(p.name, label).toMatch(/^[A-Z][A-Za-z]*(-[A-Z][A-Za-z]*)*$/)
+        }
       }
       for (const [operationId, [method, path, scope, success]] of Object.entries(CONTRACT)) {
         const found = byId.get(operationId)

@@ -35,6 +35,15 @@ const V1_HEADERS = {
   RateLimit: header("The cell's current rate limit state")
 }
 
+
+/** Request headers as clients write them (HttpApi schemas hold them lowercase). */
+const HEADER_NAMES: Record<string, string> = {
+  "idempotency-key": "Idempotency-Key",
+  "x-actor-token": "X-Actor-Token",
+  "prefer": "Prefer",
+  "accept": "Accept",
+  "last-event-id": "Last-Event-ID"
+}
 export type Spec = OpenApi.OpenAPISpec
 
 /**
@@ -106,7 +115,7 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
       }
       if (Array.isArray(op.parameters)) {
         for (const p of op.parameters) {
-          if (p.in === "header" && p.name === "idempotency-key") p.name = "Idempotency-Key"
+          if (p.in === "header" && HEADER_NAMES[p.name] !== undefined) p.name = HEADER_NAMES[p.name]
           // The schema is NumberFromString, whose encoded side documents a bare string (D6: integer 1..100).
           if (p.in === "query" && p.name === "limit") {
             p.schema = { type: "integer", minimum: 1, maximum: 100, default: 50, description: p.schema?.description }
