@@ -10,7 +10,7 @@ import { Clock, Duration, Effect, Option, Queue } from "effect"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Domain/Errors.js"
 import { makeId, toIso } from "./Domain/Ids.js"
 import type { Principal } from "./Domain/Principal.js"
-import { setResponseHeader } from "./Domain/RequestContext.js"
+import { idempotencyRef, setResponseHeader } from "./Domain/RequestContext.js"
 import type { CreateRun, Run, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -125,12 +125,34 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         return Option.getOrUndefined(yield* repo.run(runId))
       }))
 
+    /** The answer to an admitted run: `Location`, and with `Prefer: wait=N` the run once it ended (or after N s). */
+    const admittedReply = (p: Principal, run: Run, prefer: string | undefined) =>
+      Effect.gen(function*() {
+        yield* cells.send(cellOf(p), new StartRun({ runId: run.id }))
+        yield* setResponseHeader("location", runPath(p, run.id))
+        const wait = preferredWait(prefer)
+        if (wait !== undefined) {
+          yield* setResponseHeader("preference-applied", `wait=${wait}`)
+          const waited = yield* awaitTerminal(run.id, wait)
+          if (waited) return { terminal: isTerminal(waited.status), run: Repo.toRun(waited) }
+        }
+        return { terminal: false, run }
+      })
+
     const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken: string | undefined) =>
       Effect.gen(function*() {
         // On behalf of a user when an actor token comes along (its tool calls act for the user).
         const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         const conversation = yield* getConversation(p, conversationId)
         const at = yield* now
+        // A retry that took over the reservation of a request that died after admitting its run
+        // (before its response was stored) gets that run, not a second one.
+        const ref = yield* idempotencyRef
+        if (ref !== undefined) {
+          const since = new Date(at.getTime() - settings.idempotencyTtlSeconds * 1000)
+          const earlier = yield* repo.runOfRequest(p.tenantId, p.environment, ref, since)
+          if (Option.isSome(earlier)) return yield* admittedReply(p, Repo.toRun(earlier.value), prefer)
+        }
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + settings.runs.startDeadlineSeconds * 1000)
         const authorizationExpires = new Date(at.getTime() + settings.runs.authorizationSeconds * 1000)
@@ -143,6 +165,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           agent_revision_id: conversation.agent_revision_id,
           key_id: p.keyId,
           user_id: user?.id ?? null,
+          idempotency_ref: ref ?? null,
           input: body.input,
           created_at: at,
           start_deadline_at: startDeadline,
@@ -156,17 +179,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
             param: "conversation_id"
           })
         }
-        yield* cells.send(cellOf(p), new StartRun({ runId: id }))
-        yield* setResponseHeader("location", runPath(p, id))
-        const wait = preferredWait(prefer)
-        if (wait !== undefined) {
-          yield* setResponseHeader("preference-applied", `wait=${wait}`)
-          const waited = yield* awaitTerminal(id, wait)
-          if (waited && isTerminal(waited.status)) return { terminal: true as const, run: Repo.toRun(waited) }
-          if (waited) return { terminal: false as const, run: Repo.toRun(waited) }
-        }
         // The run as admitted (its actor may already have moved it on; GET shows the latest).
-        const run: Run = {
+        return yield* admittedReply(p, {
           id,
           object: "run",
           conversation_id: conversation.id,
@@ -185,8 +199,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           execution_deadline_at: null,
           authorization_expires_at: toIso(authorizationExpires),
           last_event_id: admitted.value
-        }
-        return { terminal: false as const, run }
+        }, prefer)
       })
 
     const getRun = (p: Principal, runId: string) => Effect.map(runRow(p, runId), Repo.toRun)

@@ -7,7 +7,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, TestClock } from "effect"
 import { canonicalJson, fingerprint, isStored, redactSecrets, validKey } from "../src/Platform/Idempotency.js"
 import { makeTestApp, TestApp } from "./support/App.js"
-import { createKey, provisionSandbox, type Reply, request, type Sandbox } from "./support/Client.js"
+import { createKey, operator, provisionSandbox, type Reply, request, type Sandbox } from "./support/Client.js"
+import { eventually } from "./support/Waiting.js"
 
 const SCOPES = ["users:read", "users:write", "service-actors:read", "service-actors:write", "keys:read", "keys:revoke"]
 
@@ -340,6 +341,39 @@ describe("Idempotency over HTTP: conflicts", () => {
 
       // and afterwards, everyone gets the replay
       expectReplayOf(yield* createUser(sb, payload, "k-race"), originals[0]!)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("a run admitted by a request that died before storing its response is the answer to the retry, not a second run", () =>
+    Effect.gen(function*() {
+      const sb = yield* provisionSandbox()
+      const sql = yield* SqlClient.SqlClient
+      const qs = (yield* operator("GET", `/tenants/${sb.tenantId}/environments/sandbox/quickstart`)).body
+      const conv = (yield* request("POST", `${sb.P}/conversations`, { key: sb.key, body: { workspace_id: qs.workspace_id, agent_revision_id: qs.agent_revision_id } })).body.data
+      const post = (idempotencyKey: string) =>
+        request("POST", `${sb.P}/conversations/${conv.id}/runs`, { key: sb.key, idempotencyKey, body: { input: [{ type: "text", text: "hi" }] } })
+      const first = yield* post("k-run")
+      expect(first.status, first.text).toBe(202)
+      const done = yield* eventually(
+        Effect.map(request("GET", `${sb.P}/runs/${first.body.data.id}`, { key: sb.key }), (r) => r.body.data),
+        (r) => r.status === "succeeded"
+      )
+      expect(done.status).toBe("succeeded")
+      // the holder died after admitting the run and before storing its response
+      yield* sql`UPDATE idempotency_keys SET state = 'in_flight', locked_until = now() - interval '1 second',
+                   status = NULL, headers = NULL, body = NULL
+                 WHERE tenant_id = ${sb.tenantId} AND key = 'k-run'`.pipe(Effect.orDie)
+      const retried = yield* post("k-run")
+      expect(retried.status, retried.text).toBe(202)
+      expect(replayed(retried)).toBeNull()
+      expect(retried.body.data).toMatchObject({ id: first.body.data.id, status: "succeeded" })
+      expect(retried.headers.get("location")).toBe(first.headers.get("location"))
+      expect(yield* idemRows({ tenantId: sb.tenantId, key: "k-run" })).toMatchObject([{ state: "completed", status: 202 }])
+      // the conversation is free: another key admits another run (so the retry above could have)
+      const other = yield* post("k-run-2")
+      expect(other.status, other.text).toBe(202)
+      expect(other.body.data.id).not.toBe(first.body.data.id)
+      const [runs] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM runs WHERE conversation_id = ${conv.id}`.pipe(Effect.orDie)
+      expect(runs!.n).toBe(2)
     }).pipe(Effect.provide(makeTestApp())))
 })
 

@@ -12,6 +12,7 @@ import runs from "./migrations/0004_runs.js"
 import purge from "./migrations/0005_purge.js"
 import eventPayloads from "./migrations/0006_event_payloads.js"
 import tools from "./migrations/0007_tools.js"
+import runIdempotency from "./migrations/0008_run_idempotency.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
@@ -22,7 +23,8 @@ export const loader = Migrator.fromRecord({
   "0004_runs": runs,
   "0005_purge": purge,
   "0006_event_payloads": eventPayloads,
-  "0007_tools": tools
+  "0007_tools": tools,
+  "0008_run_idempotency": runIdempotency
 })
 
 const migrate = Migrator.make({})

@@ -12,9 +12,14 @@ export interface RequestState {
   readonly headers: Record<string, string>
   /** set by the pipeline once the service key is authenticated */
   principal: Principal | undefined
+  /** set by the pipeline for an idempotent mutation: a digest of its idempotency scope */
+  idempotencyRef?: string | undefined
 }
 
 export const currentRequest = FiberRef.unsafeMake<RequestState>({ requestId: "req_unbound", headers: {}, principal: undefined })
+
+/** The digest of the current request's idempotency scope, if it is an idempotent mutation. */
+export const idempotencyRef: Effect.Effect<string | undefined> = Effect.map(FiberRef.get(currentRequest), (s) => s.idempotencyRef)
 
 export const requestId: Effect.Effect<string> = Effect.map(FiberRef.get(currentRequest), (s) => s.requestId)
 

@@ -83,6 +83,13 @@ interface Row {
   readonly expires_at: Date
 }
 
+/**
+ * A digest of a scope (tenant and environment are stored beside it), for resources to remember
+ * which idempotent request made them: a retry taking over a dead holder's reservation finds them.
+ */
+export const scopeRef = (s: Scope): string =>
+  createHash("sha256").update([s.actor, s.method, s.path, s.key].join("\n")).digest("base64url")
+
 export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient

@@ -123,6 +123,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
       path,
       key
     }
+    state.idempotencyRef = Idempotency.scopeRef(scope)
     const body = yield* Effect.orElseSucceed(request.text, () => "")
     const begun = yield* idem.begin(scope, Idempotency.fingerprint(request.method, path, body))
     if (begun._tag === "Replay") {

@@ -33,6 +33,7 @@ export interface RunRow {
   agent_revision_id: string
   key_id: string
   user_id: string | null
+  idempotency_ref: string | null
   status: RunState.RunStatus
   status_reason: string | null
   input: ReadonlyArray<TextContent> | null
@@ -178,6 +179,16 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
     const runOfCell = (tenantId: string, environment: string, id: string) =>
       Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment))
 
+    /** The run an idempotent request admitted since `since` (see migration 0008), if any. */
+    const runOfRequest = (tenantId: string, environment: string, ref: string, since: Date) =>
+      Effect.map(
+        sql<RunRow>`SELECT ${sql.literal(RUN_COLUMNS)} FROM runs r
+                    WHERE r.tenant_id = ${tenantId} AND r.environment = ${environment}
+                      AND r.idempotency_ref = ${ref} AND r.created_at > ${since}
+                    ORDER BY r.created_at DESC LIMIT 1`,
+        (rows) => Option.fromNullable(rows[0])
+      )
+
     const insertEvent = (runId: string, sequence: number, type: RunState.EventType, data: Record<string, unknown>, at: Date) =>
       Effect.gen(function*() {
         const id = yield* makeId("evt")
@@ -203,6 +214,7 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
           | "agent_revision_id"
           | "key_id"
           | "user_id"
+          | "idempotency_ref"
           | "start_deadline_at"
           | "authorization_expires_at"
           | "created_at"
@@ -215,9 +227,9 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
         const [result] = yield* sql<{ admitted: string }>`
           WITH run AS (
             INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
-                              status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
+                              idempotency_ref, status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
             VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                    ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+                    ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, ${row.idempotency_ref}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
                     ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
             ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
             DO NOTHING
@@ -463,6 +475,7 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
       insertConversation,
       run,
       runOfCell,
+      runOfRequest,
       admit,
       commit,
       commitAll,
