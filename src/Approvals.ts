@@ -11,6 +11,7 @@ import { Actors } from "./Actors.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { conflict, notFound } from "./Domain/Errors.js"
 import type { Principal } from "./Domain/Principal.js"
+import { idempotencyRef } from "./Domain/RequestContext.js"
 import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { type Commit, RunsRepo } from "./Runs/Repo.js"
@@ -46,6 +47,13 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         const actor = yield* actors.requireActor(p, actorToken)
         const approval = yield* approvalRow(p, id)
         const at = new Date(yield* Clock.currentTimeMillis)
+        const ref = yield* idempotencyRef
+        if (ref !== undefined && approval.decided_ref === ref) {
+          // A retry of this very decision whose first attempt died before its response was
+          // stored: the decision stands; make sure the run goes on, and answer as then.
+          yield* cells.send(p, new StartRun({ runId: approval.run_id }))
+          return toApproval(approval)
+        }
         if (approval.status !== "pending") {
           return yield* conflict("approval_not_pending", `This approval is already ${approval.status}`)
         }
@@ -65,7 +73,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
           ...(run._tag === "Some" && run.value.execution_deadline_at !== null
             ? { executionDeadlineAt: new Date(at.getTime() + Math.max(0, run.value.execution_deadline_at.getTime() - approval.created_at.getTime())) }
             : {}),
-          also: operations.decideApproval(approval.id, status, at, actor, reason)
+          also: operations.decideApproval(approval.id, status, at, actor, reason, ref ?? null)
         }]
         if (status === "denied") {
           const error = { type: "denied", message: "A person denied this write", ...(reason === null ? {} : { reason }) }

@@ -12,7 +12,7 @@ import runs from "./migrations/0004_runs.js"
 import purge from "./migrations/0005_purge.js"
 import eventPayloads from "./migrations/0006_event_payloads.js"
 import tools from "./migrations/0007_tools.js"
-import runIdempotency from "./migrations/0008_run_idempotency.js"
+import requestRefs from "./migrations/0008_request_refs.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 
@@ -24,7 +24,7 @@ export const loader = Migrator.fromRecord({
   "0005_purge": purge,
   "0006_event_payloads": eventPayloads,
   "0007_tools": tools,
-  "0008_run_idempotency": runIdempotency
+  "0008_request_refs": requestRefs
 })
 
 const migrate = Migrator.make({})

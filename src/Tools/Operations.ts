@@ -25,6 +25,8 @@ export interface ApprovalRow {
   readonly created_at: Date
   readonly expires_at: Date
   readonly decided_at: Date | null
+  /** digest of the idempotency scope of the request that decided it (migration 0008) */
+  readonly decided_ref: string | null
 }
 
 export interface OperationRow {
@@ -71,7 +73,7 @@ export class OperationsRepo extends Effect.Service<OperationsRepo>()("Operations
         (rows) => rows[0]
       )
 
-    const insertApproval = (a: Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at">) =>
+    const insertApproval = (a: Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at" | "decided_ref">) =>
       sql`INSERT INTO approvals (id, tenant_id, environment, run_id, tool_call_id, tool_id, operation, input,
                                  destination_url, agent_revision_id, status, created_at, expires_at)
           VALUES (${a.id}, ${a.tenant_id}, ${a.environment}, ${a.run_id}, ${a.tool_call_id}, ${a.tool_id},
@@ -83,9 +85,10 @@ export class OperationsRepo extends Effect.Service<OperationsRepo>()("Operations
       status: "approved" | "denied" | "expired",
       at: Date,
       decidedBy: { type: "user"; id: string } | null,
-      reason: string | null
+      reason: string | null,
+      ref: string | null = null
     ) =>
-      sql`UPDATE approvals SET status = ${status}, decided_at = ${at}, reason = ${reason},
+      sql`UPDATE approvals SET status = ${status}, decided_at = ${at}, reason = ${reason}, decided_ref = ${ref},
                                decided_by = ${decidedBy === null ? null : JSON.stringify(decidedBy)}::jsonb
           WHERE id = ${id} AND status = 'pending'`
 
