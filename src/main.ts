@@ -7,7 +7,7 @@ import { HttpServer } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Config, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { createServer } from "node:http"
-import { DatabaseLive } from "./Database/Client.js"
+import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { HttpLive } from "./Http.js"
 import { OperatorToken } from "./Operator/Token.js"
 import { Settings } from "./Settings.js"
@@ -47,9 +47,11 @@ const LogLevelLive = Layer.unwrapEffect(
 export const MainLive = Announce.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provide(ServerLive),
-  Layer.provide(DatabaseLive),
+  Layer.provideMerge(DatabaseLive),
   Layer.provide(Settings.layer),
   Layer.provide(LogLevelLive)
 )
 
-Layer.launch(MainLive).pipe(NodeRuntime.runMain)
+// Serves until interrupted (SIGINT/SIGTERM: graceful shutdown, exit 0), or until the embedded
+// Postgres dies under it (shutdown, then exit 1).
+Effect.flatMap(DatabaseWatch, (watch) => watch.lost).pipe(Effect.provide(MainLive), NodeRuntime.runMain)

@@ -422,6 +422,28 @@ describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
     await stopService(service, dataDir)
   }, 150_000)
 
+  it("the embedded Postgres dying under the service stops the service with a non-zero exit (a supervisor restarts both)", async () => {
+    expect(state.inFlightPilotId).toBeDefined()
+    const service = await startService(dataDir)
+    const pid = servicePid(dataDir)
+    process.kill(postmasterPid(dataDir), "SIGKILL")
+    const result = await Promise.race([
+      service.exited,
+      sleep(EXIT_TIMEOUT).then(() => {
+        throw new Error(`the service did not exit within ${EXIT_TIMEOUT} ms:\n${service.output()}`)
+      })
+    ])
+    expect(result.code, service.output()).toBe(1)
+    expect(service.output()).toContain("the embedded Postgres exited (signal SIGKILL)")
+    expect(isRunning(pid)).toBe(false)
+
+    // the next start recovers the cluster (the killed postmaster left its pid file) with the data
+    const again = await startService(dataDir)
+    const fetched = await http(again, "GET", `/operator/v1/pilot-applications/${state.pilotId}`, state.token)
+    expect(fetched.status, fetched.text).toBe(200)
+    await stopService(again, dataDir)
+  }, 150_000)
+
   it.skipIf(!isRoot)("as root, the embedded Postgres data dir is owned by the postgres user (0700)", () => {
     const pgDir = path.join(dataDir, "pg")
     expect(fs.existsSync(path.join(pgDir, "PG_VERSION"))).toBe(true)

