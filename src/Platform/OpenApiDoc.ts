@@ -17,7 +17,7 @@ const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
   ["409", "ConflictError", "Conflict"],
   ["410", "GoneError", "Gone"],
   ["429", "RateLimitedError", "Rate limited"],
-  ["503", "UnavailableError", "Unavailable"]
+  ["503", "UnavailableError", "Unavailable (e.g. `database_unavailable`: the database cannot be reached; retry after `Retry-After` seconds)"]
 ]
 
 const header = (description: string, schema: object = { type: "string" }) => ({ description, schema })

@@ -17,8 +17,10 @@ import {
   InvalidRequest,
   NotFound,
   RateLimited,
-  toEnvelope
+  toEnvelope,
+  Unavailable
 } from "../Domain/Errors.js"
+import { isDatabaseUnavailable } from "../Database/Defects.js"
 import { currentRequest, type RequestState } from "../Domain/RequestContext.js"
 import { Cells } from "../Runtime/Cells.js"
 import { AdmitRequest } from "../Runtime/CellProtocol.js"
@@ -65,6 +67,13 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
     }
     if (e?._tag === "RequestError") {
       return Effect.succeed(errorResponse(new InvalidRequest({ code: "invalid_body", message: "The request body could not be read as JSON" }), state.requestId))
+    }
+    if (isDatabaseUnavailable(e)) {
+      state.headers["retry-after"] = "2"
+      return Effect.as(
+        Effect.logWarning("database unavailable", cause),
+        errorResponse(new Unavailable({ code: "database_unavailable", message: "The service cannot reach its database right now; retry shortly" }), state.requestId)
+      )
     }
   }
   return Effect.as(
