@@ -6,28 +6,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { createRequire } from "node:module"
-import { inject } from "vitest"
-import { freshDatabase, makeTestApp } from "./support/App.js"
+import { admin, freshDatabase, makeTestApp } from "./support/App.js"
 import { provisionSandbox, request } from "./support/Client.js"
 
-interface PgClient {
-  connect(): Promise<void>
-  query(text: string): Promise<{ rows: Array<Record<string, unknown>> }>
-  end(): Promise<void>
-}
-const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connectionString: string }) => PgClient }
-
-const admin = (text: string) =>
-  Effect.promise(async () => {
-    const client = new pg.Client({ connectionString: inject("databaseUrl") })
-    await client.connect()
-    try {
-      return (await client.query(text)).rows
-    } finally {
-      await client.end()
-    }
-  })
+const sql = (text: string) => Effect.promise(() => admin((c) => c.query(text)))
 
 describe("database outage", () => {
   it.live("requests get 503 database_unavailable with Retry-After while the database is unreachable, and succeed after", () =>
@@ -39,8 +21,8 @@ describe("database outage", () => {
           request("POST", `${sb.P}/users`, { key: sb.key, idempotencyKey, body: { external_id: "u-outage", display_name: "Ada" } })
         expect((yield* request("GET", `${sb.P}/users`, { key: sb.key })).status).toBe(200)
 
-        yield* admin(`ALTER DATABASE ${db.name} WITH ALLOW_CONNECTIONS false`)
-        yield* admin(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${db.name}'`)
+        yield* sql(`ALTER DATABASE ${db.name} WITH ALLOW_CONNECTIONS false`)
+        yield* sql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${db.name}'`)
         for (const res of [yield* request("GET", `${sb.P}/users`, { key: sb.key }), yield* users("k-outage")]) {
           expect(res.status, res.text).toBe(503)
           expect(res.body.error).toMatchObject({ type: "unavailable", code: "database_unavailable" })
@@ -48,7 +30,7 @@ describe("database outage", () => {
           expect(res.headers.get("x-request-id")).toMatch(/\S/)
         }
 
-        yield* admin(`ALTER DATABASE ${db.name} WITH ALLOW_CONNECTIONS true`)
+        yield* sql(`ALTER DATABASE ${db.name} WITH ALLOW_CONNECTIONS true`)
         // the same idempotency key executes now (the 503 was not stored)
         const created = yield* users("k-outage")
         expect(created.status, created.text).toBe(201)

@@ -27,7 +27,8 @@ const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connection
 
 export const OPERATOR_TOKEN = "op_test_operator_token_0123456789"
 
-const admin = async <A>(f: (c: PgClient) => Promise<A>): Promise<A> => {
+/** A statement on the suite's Postgres as its superuser (databases are created and dropped with it). */
+export const admin = async <A>(f: (c: PgClient) => Promise<A>): Promise<A> => {
   const client = new pg.Client({ connectionString: inject("databaseUrl") })
   await client.connect()
   try {
