@@ -6,7 +6,7 @@
  * are bound to the key that made them, and die with the user, the key or the environment.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, FiberRef } from "effect"
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, type JWTVerifyGetKey, jwtVerify } from "jose"
 import { createHash, randomBytes } from "node:crypto"
 import { fetch as undiciFetch } from "undici"
@@ -14,6 +14,7 @@ import { dieOnSqlError } from "./Database/Defects.js"
 import { conflict, forbidden, invalid, notFound } from "./Domain/Errors.js"
 import { makeId, toIso } from "./Domain/Ids.js"
 import type { CellRef, Principal } from "./Domain/Principal.js"
+import { currentRequest } from "./Domain/RequestContext.js"
 import type { IdentityProvider } from "./Domain/Tools.js"
 import { Destinations } from "./Tools/Destinations.js"
 
@@ -141,6 +142,9 @@ export class Actors extends Effect.Service<Actors>()("Actors", {
         if (token === undefined || token === "") {
           return yield* forbidden("actor_required", "This action needs a user: send an actor token in X-Actor-Token")
         }
+        // the pipeline resolved this request's token already (for the idempotency scope)
+        const resolved = (yield* FiberRef.get(currentRequest)).actingUser
+        if (resolved !== undefined) return resolved satisfies Actor
         const at = yield* now
         const [row] = yield* sql<{ user_id: string }>`
           SELECT s.user_id FROM actor_sessions s

@@ -11,7 +11,7 @@ import { Actors } from "./Actors.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { conflict, notFound } from "./Domain/Errors.js"
 import type { Principal } from "./Domain/Principal.js"
-import { idempotencyRef } from "./Domain/RequestContext.js"
+import { idempotencyOf } from "./Domain/RequestContext.js"
 import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Platform/Cursor.js"
 import { type Commit, RunsRepo } from "./Runs/Repo.js"
@@ -47,7 +47,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         const actor = yield* actors.requireActor(p, actorToken)
         const approval = yield* approvalRow(p, id)
         const at = new Date(yield* Clock.currentTimeMillis)
-        const ref = yield* idempotencyRef
+        const ref = (yield* idempotencyOf)?.ref
         if (ref !== undefined && approval.decided_ref === ref) {
           // A retry of this very decision whose first attempt died before its response was
           // stored: the decision stands; make sure the run goes on, and answer as then.

@@ -32,13 +32,13 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const quickstarts = yield* Quickstarts
+    const platform = yield* Repo.PlatformRepo
     const cells = yield* Cells
 
     /** What the environment's cell holds now (it is started if it was not running). 404 for an unknown environment. */
     const cellStats = (t: string, e: EnvironmentName) =>
       Effect.gen(function*() {
-        const [env] = yield* sql<{ state: string }>`SELECT state FROM environments WHERE tenant_id = ${t} AND name = ${e}`
-        if (!env || env.state === "deleted") return yield* notFound("environment", "environment")
+        yield* platform.liveEnvironment(t, e)
         return yield* cells.send({ tenantId: t, environment: e }, new GetCellStats())
       })
 
@@ -123,5 +123,5 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e))
     } as const
   }),
-  dependencies: [Quickstarts.Default]
+  dependencies: [Quickstarts.Default, Repo.PlatformRepo.Default]
 }) {}

@@ -10,7 +10,7 @@ import { Clock, Duration, Effect, Option, Queue } from "effect"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Domain/Errors.js"
 import { makeId, toIso } from "./Domain/Ids.js"
 import type { Principal } from "./Domain/Principal.js"
-import { idempotencyRef, setResponseHeader } from "./Domain/RequestContext.js"
+import { idempotencyOf, setResponseHeader } from "./Domain/RequestContext.js"
 import type { CreateRun, Run, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -147,10 +147,10 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const at = yield* now
         // A retry that took over the reservation of a request that died after admitting its run
         // (before its response was stored) gets that run, not a second one.
-        const ref = yield* idempotencyRef
-        if (ref !== undefined) {
+        const idempotency = yield* idempotencyOf
+        if (idempotency?.takeover) {
           const since = new Date(at.getTime() - settings.idempotencyTtlSeconds * 1000)
-          const earlier = yield* repo.runOfRequest(p.tenantId, p.environment, ref, since)
+          const earlier = yield* repo.runOfRequest(p.tenantId, p.environment, idempotency.ref, since)
           if (Option.isSome(earlier)) return yield* admittedReply(p, Repo.toRun(earlier.value), prefer)
         }
         const id = yield* makeId("run")
@@ -165,7 +165,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           agent_revision_id: conversation.agent_revision_id,
           key_id: p.keyId,
           user_id: user?.id ?? null,
-          idempotency_ref: ref ?? null,
+          idempotency_ref: idempotency?.ref ?? null,
           input: body.input,
           created_at: at,
           start_deadline_at: startDeadline,

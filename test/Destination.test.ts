@@ -142,6 +142,16 @@ const tableLookup = (table: Record<string, ReadonlyArray<string>>): Lookup => as
   return addresses.map((address) => ({ address, family: address.includes(":") ? 6 : 4 }))
 }
 
+/** A name that resolves to a public address the first time and to 127.0.0.1 after (DNS rebinding). */
+const rebindingLookup = () => {
+  const state = { answers: 0 }
+  const lookup: Lookup = async (hostname) => {
+    if (hostname !== "rebind.example.com") throw Object.assign(new Error(`queryA ENOTFOUND ${hostname}`), { code: "ENOTFOUND" })
+    return ++state.answers === 1 ? [{ address: "93.184.216.34", family: 4 }] : [{ address: "127.0.0.1", family: 4 }]
+  }
+  return { lookup, state }
+}
+
 /** Refused at registration because of what the name resolves to. */
 const REFUSED_BY_DNS = [
   "https://private.example.com",
@@ -247,8 +257,7 @@ describe("guarded dispatcher against real servers", () => {
   it.scopedLive("DNS rebinding: public at registration, 127.0.0.1 at connect -> refused before any connection", () =>
     Effect.gen(function*() {
       const { port, stats } = yield* localServer((_req, res) => res.end("secret"))
-      let answers = 0
-      const rebinding: Lookup = async () => (++answers === 1 ? [{ address: "93.184.216.34", family: 4 }] : [{ address: "127.0.0.1", family: 4 }])
+      const { lookup: rebinding, state } = rebindingLookup()
       expect(checkUrl(`https://rebind.example.com:${port}`).ok).toBe(true)
       expect(yield* Effect.promise(() => resolveAndCheck("rebind.example.com", EMPTY_ALLOWLIST, rebinding))).toBeUndefined()
       const dispatcher = guardedDispatcher(EMPTY_ALLOWLIST, { lookup: rebinding })
@@ -258,7 +267,7 @@ describe("guarded dispatcher against real servers", () => {
         expect(result.code).toBe("DESTINATION_REFUSED")
         expect(result.message).toMatch(/127\.0\.0\.1/)
       }
-      expect(answers).toBe(2)
+      expect(state.answers).toBe(2)
       expect(stats.connections).toBe(0)
       yield* Effect.promise(() => dispatcher.close())
     }))
@@ -367,14 +376,6 @@ describe("through the service", () => {
     }).pipe(
       Effect.scoped,
       Effect.provide(makeTestApp({ tools: { ...defaultToolSettings, issuer: Option.some(ISSUER), requestTimeoutSeconds: 2 } })),
-      Effect.provideService(Resolver, {
-        lookup: (() => {
-          let answers = 0
-          return async (hostname: string) => {
-            if (hostname !== "rebind.example.com") throw Object.assign(new Error("ENOTFOUND"), { code: "ENOTFOUND" })
-            return ++answers === 1 ? [{ address: "93.184.216.34", family: 4 }] : [{ address: "127.0.0.1", family: 4 }]
-          }
-        })()
-      })
+      Effect.provideService(Resolver, { lookup: rebindingLookup().lookup })
     ), 60_000)
 })

@@ -12,14 +12,22 @@ export interface RequestState {
   readonly headers: Record<string, string>
   /** set by the pipeline once the service key is authenticated */
   principal: Principal | undefined
-  /** set by the pipeline for an idempotent mutation: a digest of its idempotency scope */
-  idempotencyRef?: string | undefined
+  /**
+   * set by the pipeline for an idempotent mutation: a digest of its idempotency scope, and whether
+   * it took over the reservation of a request that died without answering
+   */
+  idempotency?: { readonly ref: string; takeover: boolean } | undefined
+  /** the user of a valid `X-Actor-Token`, resolved once by the pipeline */
+  actingUser?: { readonly type: "user"; readonly id: string } | undefined
 }
 
 export const currentRequest = FiberRef.unsafeMake<RequestState>({ requestId: "req_unbound", headers: {}, principal: undefined })
 
-/** The digest of the current request's idempotency scope, if it is an idempotent mutation. */
-export const idempotencyRef: Effect.Effect<string | undefined> = Effect.map(FiberRef.get(currentRequest), (s) => s.idempotencyRef)
+/** The current request's idempotency scope digest and takeover flag, if it is an idempotent mutation. */
+export const idempotencyOf: Effect.Effect<{ readonly ref: string; readonly takeover: boolean } | undefined> = Effect.map(
+  FiberRef.get(currentRequest),
+  (s) => s.idempotency
+)
 
 export const requestId: Effect.Effect<string> = Effect.map(FiberRef.get(currentRequest), (s) => s.requestId)
 

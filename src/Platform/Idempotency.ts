@@ -26,7 +26,8 @@ export interface StoredResponse {
 }
 
 export type Begin =
-  | { readonly _tag: "Proceed" }
+  /** `takeover`: the key was reserved by a request that died without answering (it may have acted) */
+  | { readonly _tag: "Proceed"; readonly takeover: boolean }
   | { readonly _tag: "Replay"; readonly response: StoredResponse }
 
 /** 1..255 characters of 0x21..0x7E (D5). */
@@ -114,7 +115,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
           RETURNING key`
         for (let attempt = 0; attempt < 3; attempt++) {
           const inserted = yield* reserve
-          if (inserted.length > 0) return { _tag: "Proceed" } as const
+          if (inserted.length > 0) return { _tag: "Proceed", takeover: false } as const
           const [row] = yield* sql<Row>`SELECT fingerprint, state, locked_until, status, headers, body, expires_at
                                          FROM idempotency_keys WHERE ${where(s)}`
           if (!row) continue // released meanwhile: try again
@@ -141,7 +142,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
                                      WHERE ${where(s)} AND state = 'in_flight' AND fingerprint = ${fp}
                                        AND locked_until <= ${new Date(now)}
                                      RETURNING key`
-            if (taken.length > 0) return { _tag: "Proceed" } as const
+            if (taken.length > 0) return { _tag: "Proceed", takeover: true } as const
             continue
           }
           return yield* new Conflict({

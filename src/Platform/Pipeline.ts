@@ -124,6 +124,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
     const user = actorToken === undefined ? undefined : yield* (yield* Actors).requireActor(principal, actorToken)
+    state.actingUser = user
     const scope: Idempotency.Scope = {
       tenantId: principal.tenantId,
       environment: principal.environment,
@@ -132,9 +133,9 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
       path,
       key
     }
-    state.idempotencyRef = Idempotency.scopeRef(scope)
     const body = yield* Effect.orElseSucceed(request.text, () => "")
     const begun = yield* idem.begin(scope, Idempotency.fingerprint(request.method, path, body))
+    state.idempotency = { ref: Idempotency.scopeRef(scope), takeover: begun._tag === "Proceed" && begun.takeover }
     if (begun._tag === "Replay") {
       const { headers, status, body: stored } = begun.response
       Object.assign(state.headers, headers, { "idempotent-replayed": "true" })

@@ -1,6 +1,7 @@
 /** SQL of the platform plane. Rows in, resources out; infrastructure errors are defects. */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { notFound } from "../Domain/Errors.js"
 import { type EnvironmentName, toIso } from "../Domain/Ids.js"
 import type { ApiKey, DeletionJob, Environment, ServiceActor, Tenant, User } from "../Domain/Platform.js"
 import type { Scope } from "../Domain/Scopes.js"
@@ -123,12 +124,18 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
     const sql = yield* SqlClient.SqlClient
     const after = (cursor: string | undefined) => (cursor === undefined ? sql`TRUE` : sql`id < ${cursor}`)
 
+    const environment = (tenantId: string, name: string) =>
+      sql<EnvironmentRow>`SELECT * FROM environments WHERE tenant_id = ${tenantId} AND name = ${name}`.pipe(
+        Effect.map((r) => r[0])
+      )
+
     return {
       tenant: (id: string) => sql<TenantRow>`SELECT * FROM tenants WHERE id = ${id}`.pipe(Effect.map((r) => r[0])),
-      environment: (tenantId: string, name: string) =>
-        sql<EnvironmentRow>`SELECT * FROM environments WHERE tenant_id = ${tenantId} AND name = ${name}`.pipe(
-          Effect.map((r) => r[0])
-        ),
+      environment,
+      /** The environment unless it does not exist or was deleted: 404 `resource_missing` (param `environment`). */
+      liveEnvironment: (tenantId: string, name: string) =>
+        Effect.flatMap(environment(tenantId, name), (row) =>
+          row !== undefined && row.state !== "deleted" ? Effect.succeed(row) : Effect.fail(notFound("environment", "environment"))),
       apiKeys: (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
         sql<ApiKeyRow>`SELECT ${sql.literal(API_KEY_COLUMNS)} FROM api_keys
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND ${after(cursor)}

@@ -14,8 +14,8 @@ import { Clock, Effect, Option, Redacted } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK, SignJWT } from "jose"
 import { createHash, randomBytes } from "node:crypto"
 import { dieOnSqlError } from "../Database/Defects.js"
-import { notFound } from "../Domain/Errors.js"
 import type { CellRef } from "../Domain/Principal.js"
+import { PlatformRepo } from "../Platform/Repo.js"
 import { Secrets } from "../Secrets.js"
 import { Settings } from "../Settings.js"
 
@@ -50,6 +50,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const secrets = yield* Secrets
+    const platform = yield* PlatformRepo
     const settings = yield* Settings
     const issuer = Option.getOrElse(
       Option.orElse(settings.tools.issuer, () => settings.publicBaseUrl),
@@ -175,8 +176,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     /** The public key set of a cell by its path (unauthenticated): an unknown cell is 404. */
     const jwksOf = (tenantId: string, environment: string) =>
       Effect.gen(function*() {
-        const [env] = yield* sql<{ state: string }>`SELECT state FROM environments WHERE tenant_id = ${tenantId} AND name = ${environment}`
-        if (!env || env.state === "deleted") return yield* notFound("environment", "environment")
+        yield* platform.liveEnvironment(tenantId, environment)
         return yield* jwks({ tenantId, environment: environment as CellRef["environment"] })
       })
 
@@ -188,5 +188,5 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
       rotate: (cell: CellRef) => dieOnSqlError(rotate(cell))
     } as const
   }),
-  dependencies: [Secrets.Default]
+  dependencies: [Secrets.Default, PlatformRepo.Default]
 }) {}
