@@ -3,7 +3,7 @@
  * console-made keys.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { conflict, invalid, notFound } from "./Domain/Errors.js"
 import { type EnvironmentName, makeId, toIso } from "./Domain/Ids.js"
@@ -35,11 +35,13 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
     const platform = yield* Repo.PlatformRepo
     const cells = yield* Cells
 
-    /** What the environment's cell holds now (it is started if it was not running). 404 for an unknown environment. */
+    /** What the environment's cell holds now. 404 for an unknown environment. */
     const cellStats = (t: string, e: EnvironmentName) =>
       Effect.gen(function*() {
-        yield* platform.liveEnvironment(t, e)
-        return yield* cells.send({ tenantId: t, environment: e }, new GetCellStats())
+        const env = yield* platform.liveEnvironment(t, e)
+        // a cell that is not running holds nothing; asking does not start it (a start bumps its generation)
+        const running = yield* cells.sendIfRunning({ tenantId: t, environment: e }, new GetCellStats())
+        return Option.getOrElse(running, () => ({ generation: env.cell_generation, running_actors: 0, parked_runs: 0, streams: 0 }))
       })
 
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>

@@ -12,6 +12,8 @@ export interface EnvironmentRow {
   tenant_id: string
   name: EnvironmentName
   state: Environment["state"]
+  /** incremented each time the environment's cell starts in some process */
+  cell_generation: number
   created_at: Date
   updated_at: Date
 }

@@ -5,7 +5,7 @@
  * never touches another.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Deferred, Either, ExecutionStrategy, Effect, Exit, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Clock, Deferred, Either, ExecutionStrategy, Effect, Exit, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
 import { Agents } from "../Agents.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
@@ -83,6 +83,15 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
     const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> =>
       Effect.flatMap(start(id), (entry) => Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
 
+    /** Like `send`, to a cell that is running (or starting) only: none when it is not (nothing is started). */
+    const sendIfRunning = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<Option.Option<ReplyOf<C>>> =>
+      Effect.flatMap(SynchronizedRef.get(entries), (map) => {
+        const entry = map.get(cellKey(id))
+        return entry === undefined
+          ? Effect.succeedNone
+          : Effect.asSome(Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
+      })
+
     const stopIdle = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
       const idleMs = settings.cellIdleTimeoutSeconds * 1000
@@ -120,7 +129,7 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
         return Effect.as(Scope.close(entry.scope, Exit.void), next)
       })
 
-    return { send, stop, activeCount } as const
+    return { send, sendIfRunning, stop, activeCount } as const
   }),
   dependencies: [RunsRepo.Default, StepEngine.Default, Agents.Default, OperationsRepo.Default, Invoker.Default]
 }) {}
