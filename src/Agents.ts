@@ -16,14 +16,14 @@ import {
   type Provider,
   ScriptedSettings
 } from "./Domain/Agents.js"
-import { invalid, notFound } from "./Domain/Errors.js"
-import { makeId } from "./Domain/Ids.js"
-import type { CellRef, Principal } from "./Domain/Principal.js"
-import * as Cursor from "./Platform/Cursor.js"
-import { canonicalJson } from "./Platform/Idempotency.js"
-import { Secrets } from "./Secrets.js"
+import { invalid, notFound } from "./Kernel/Errors.js"
+import { makeId } from "./Kernel/Ids.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
+import * as Cursor from "./Kernel/Cursor.js"
+import { canonicalJson } from "./Edge/Idempotency.js"
+import { Secrets } from "./Crypto/Secrets.js"
 import { Tools } from "./Tools.js"
-import { Destinations } from "./Tools/Destinations.js"
+import { Destinations } from "./Outbound/Destinations.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 

@@ -13,10 +13,10 @@ import {
   PermissionError,
   RateLimitedError,
   UnavailableError
-} from "./Domain/Errors.js"
+} from "./Kernel/Errors.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
-import { describeOperations } from "./Platform/OpenApiDoc.js"
+import { describeOperations } from "./Edge/OpenApiDoc.js"
 import { ConversationsApi, EventsApi, RunsApi, UsageApi } from "./Runs/Api.js"
 import { SystemApi } from "./System/Api.js"
 import { ActorSessionsApi, ApprovalsApi, ConnectionsApi, KeySetApi, SettingsApi } from "./Tools/Api.js"

@@ -7,23 +7,23 @@
  * the run's total authorization still does (a fresh actor token does not extend it).
  */
 import { Clock, Effect, Either } from "effect"
-import { Actors } from "./Actors.js"
+import { ActorSessions } from "./ActorSessions.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { conflict, notFound } from "./Domain/Errors.js"
-import type { Principal } from "./Domain/Principal.js"
-import { idempotencyOf } from "./Domain/RequestContext.js"
+import { conflict, notFound } from "./Kernel/Errors.js"
+import type { Principal } from "./Kernel/Principal.js"
+import { idempotencyOf } from "./Kernel/RequestContext.js"
 import { Trigger } from "./Domain/RunState.js"
-import * as Cursor from "./Platform/Cursor.js"
+import * as Cursor from "./Kernel/Cursor.js"
 import { type Commit, RunsRepo } from "./Runs/Repo.js"
-import { StartRun } from "./Runtime/CellProtocol.js"
-import { Cells } from "./Runtime/Cells.js"
-import { OperationsRepo, toApproval } from "./Tools/Operations.js"
+import { StartRun } from "./Cells/Protocol.js"
+import { Cells } from "./Runtime/CellsLive.js"
+import { OperationsRepo, toApproval } from "./Tools/OperationsRepo.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   effect: Effect.gen(function*() {
     const operations = yield* OperationsRepo
     const runs = yield* RunsRepo
-    const actors = yield* Actors
+    const actors = yield* ActorSessions
     const cells = yield* Cells
 
     const approvalRow = (p: Principal, id: string) =>
@@ -99,5 +99,5 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         dieOnSqlError(decide(p, id, token, body))
     } as const
   }),
-  dependencies: [OperationsRepo.Default, RunsRepo.Default, Actors.Default]
+  dependencies: [OperationsRepo.Default, RunsRepo.Default, ActorSessions.Default]
 }) {}

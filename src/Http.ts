@@ -14,25 +14,25 @@ import { Platform } from "./Platform.js"
 import { Auth } from "./Platform/Auth.js"
 import { Deletions } from "./Platform/Deletions.js"
 import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLive } from "./Platform/Http.js"
-import { Idempotency } from "./Platform/Idempotency.js"
-import { pipeline } from "./Platform/Pipeline.js"
-import { DecodeErrorsLive, ServiceKeyLive } from "./Platform/SecurityLive.js"
+import { Idempotency } from "./Edge/Idempotency.js"
+import { pipeline } from "./Edge/Pipeline.js"
+import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { Runs } from "./Runs.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { RunsRepo } from "./Runs/Repo.js"
 import { ConversationsLive, EventsLive, RunsLive, UsageLive } from "./Runs/Http.js"
-import { Cells } from "./Runtime/Cells.js"
+import { Cells } from "./Runtime/CellsLive.js"
 import { ReconcilerLive } from "./Runtime/Reconciler.js"
 import { RecoveryLive } from "./Runtime/Recovery.js"
-import { Secrets } from "./Secrets.js"
+import { Secrets } from "./Crypto/Secrets.js"
 import { SystemLive } from "./System/Http.js"
-import { Actors } from "./Actors.js"
+import { ActorSessions } from "./ActorSessions.js"
 import { Approvals } from "./Approvals.js"
 import { Tools } from "./Tools.js"
 import { ActorSessionsLive, ApprovalsLive, ConnectionsLive, KeySetLive, SettingsLive } from "./Tools/Http.js"
 import { SigningKeys } from "./Tools/Signing.js"
 import { Invoker } from "./Tools/Invoker.js"
-import { OperationsRepo } from "./Tools/Operations.js"
+import { OperationsRepo } from "./Tools/OperationsRepo.js"
 
 const GroupsLive = Layer.mergeAll(
   TenantsLive,
@@ -62,7 +62,7 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide([ServiceKeyLive, OperatorAuthLive])
 )
 
-/** Services behind the handlers and the pipeline (they need Settings and a SqlClient). */
+/** Services behind the handlers and the pipeline (they need AppConfig and a SqlClient). */
 export const ServicesLive = Layer.mergeAll(
   Platform.Default,
   Agents.Default,
@@ -76,14 +76,14 @@ export const ServicesLive = Layer.mergeAll(
   Deletions.Default,
   OperatorToken.Default,
   Tools.Default,
-  Actors.Default,
+  ActorSessions.Default,
   Approvals.Default,
   SigningKeys.Default,
   OperationsRepo.Default,
   Invoker.Default
 ).pipe(Layer.provideMerge(Cells.Default))
 
-/** Serves the API through the pipeline (needs an HttpServer, Settings and a SqlClient). */
+/** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
 // response after the pipeline has added its headers and stored idempotent results.
 const ServeLive = HttpApiBuilder.httpApp.pipe(

@@ -7,13 +7,13 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { createHash } from "node:crypto"
-import { conflict, Gone, invalid, type NotFound, notFound } from "./Domain/Errors.js"
-import { makeId } from "./Domain/Ids.js"
-import type { CellRef, Principal } from "./Domain/Principal.js"
-import * as Cursor from "./Platform/Cursor.js"
-import { withinCeiling } from "./Platform/Policy.js"
+import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
+import { makeId } from "./Kernel/Ids.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
+import * as Cursor from "./Kernel/Cursor.js"
+import { withinCeiling } from "./Kernel/Policy.js"
 import * as Repo from "./Platform/Repo.js"
-import { Settings } from "./Settings.js"
+import { AppConfig } from "./Config/AppConfig.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -28,7 +28,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* Repo.PlatformRepo
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
 
 
@@ -40,7 +40,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     ) =>
       Effect.gen(function*() {
         const id = yield* makeId("dj")
-        const purgeAfter = new Date(at.getTime() + settings.purgeDelaySeconds * 1000)
+        const purgeAfter = new Date(at.getTime() + config.purgeDelaySeconds * 1000)
         const [row] = yield* sql<Repo.DeletionJobRow>`
           INSERT INTO deletion_jobs (id, tenant_id, environment, resource_type, resource_id, state, purge_after, created_at)
           VALUES (${id}, ${p.tenantId}, ${p.environment}, ${resourceType}, ${resourceId}, 'queued', ${purgeAfter}, ${at})
@@ -215,7 +215,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         yield* sql`
           INSERT INTO tombstones (tenant_id, environment, kind, key, resource_id, created_at, expires_at)
           VALUES (${p.tenantId}, ${p.environment}, 'user', ${tombstoneKey(user.external_id ?? id)}, ${id}, ${at},
-                  ${new Date(at.getTime() + settings.tombstoneTtlSeconds * 1000)})
+                  ${new Date(at.getTime() + config.tombstoneTtlSeconds * 1000)})
           ON CONFLICT (tenant_id, environment, kind, key) DO UPDATE SET resource_id = EXCLUDED.resource_id,
             created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at`
         return yield* queueDeletion(p, "user", id, at)

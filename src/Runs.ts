@@ -7,19 +7,19 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Option, Queue } from "effect"
-import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Domain/Errors.js"
-import { makeId, toIso } from "./Domain/Ids.js"
-import type { Principal } from "./Domain/Principal.js"
-import { idempotencyOf, setResponseHeader } from "./Domain/RequestContext.js"
+import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
+import { makeId, toIso } from "./Kernel/Ids.js"
+import type { Principal } from "./Kernel/Principal.js"
+import { idempotencyOf, setResponseHeader } from "./Kernel/RequestContext.js"
 import type { CreateRun, Run, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { EventBus } from "./Runs/EventBus.js"
 import * as Repo from "./Runs/Repo.js"
-import { Cells } from "./Runtime/Cells.js"
-import { CancelRun, OpenStream, StartRun } from "./Runtime/CellProtocol.js"
-import { Settings } from "./Settings.js"
-import { Actors } from "./Actors.js"
+import { Cells } from "./Runtime/CellsLive.js"
+import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
+import { AppConfig } from "./Config/AppConfig.js"
+import { ActorSessions } from "./ActorSessions.js"
 
 const runNotFound = notFound("run", "run_id")
 const invalidCursor = (param: string) =>
@@ -42,8 +42,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const repo = yield* Repo.RunsRepo
     const bus = yield* EventBus
     const cells = yield* Cells
-    const settings = yield* Settings
-    const actors = yield* Actors
+    const config = yield* AppConfig
+    const actors = yield* ActorSessions
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
 
@@ -149,13 +149,13 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // (before its response was stored) gets that run, not a second one.
         const idempotency = yield* idempotencyOf
         if (idempotency?.takeover) {
-          const since = new Date(at.getTime() - settings.idempotencyTtlSeconds * 1000)
+          const since = new Date(at.getTime() - config.idempotencyTtlSeconds * 1000)
           const earlier = yield* repo.runOfRequest(p.tenantId, p.environment, idempotency.ref, since)
           if (Option.isSome(earlier)) return yield* admittedReply(p, Repo.toRun(earlier.value), prefer)
         }
         const id = yield* makeId("run")
-        const startDeadline = new Date(at.getTime() + settings.runs.startDeadlineSeconds * 1000)
-        const authorizationExpires = new Date(at.getTime() + settings.runs.authorizationSeconds * 1000)
+        const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)
+        const authorizationExpires = new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
         const admitted = yield* repo.admit({
           id,
           tenant_id: p.tenantId,
@@ -269,8 +269,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const reply = yield* cells.send(cellOf(p), new OpenStream({ actorId: p.actor.id }))
         if (!reply.opened) {
           const limit = reply.limit === "cell"
-            ? `${settings.runs.streamsPerCell} open streams per environment`
-            : `${settings.runs.streamsPerActor} open streams per caller`
+            ? `${config.runs.streamsPerCell} open streams per environment`
+            : `${config.runs.streamsPerActor} open streams per caller`
           yield* setResponseHeader("retry-after", "1")
           return yield* new RateLimited({ code: "stream_limit_reached", message: `Too many open event streams: at most ${limit}` })
         }
@@ -328,7 +328,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         dieOnSqlError(getUsage(p, params))
     } as const
   }),
-  dependencies: [Repo.RunsRepo.Default, EventBus.Default, Actors.Default]
+  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default]
 }) {}
 
 export type { RunEvent }

@@ -11,12 +11,12 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { conflict, invalid, notFound } from "./Domain/Errors.js"
-import { makeId, toIso } from "./Domain/Ids.js"
-import type { CellRef, Principal } from "./Domain/Principal.js"
+import { conflict, invalid, notFound } from "./Kernel/Errors.js"
+import { makeId, toIso } from "./Kernel/Ids.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
 import type { CreateConnection, Operation, Tool } from "./Domain/Tools.js"
-import * as Cursor from "./Platform/Cursor.js"
-import { Destinations } from "./Tools/Destinations.js"
+import * as Cursor from "./Kernel/Cursor.js"
+import { Destinations } from "./Outbound/Destinations.js"
 import { schemaProblem } from "./Tools/JsonSchemas.js"
 
 export interface ConnectionRow {

@@ -10,16 +10,16 @@ import { createServer } from "node:http"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { HttpLive } from "./Http.js"
 import { OperatorToken } from "./Operator/Token.js"
-import { Settings } from "./Settings.js"
+import { AppConfig } from "./Config/AppConfig.js"
 
 const ServerLive = Layer.unwrapEffect(
-  Effect.map(Settings, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host }))
+  Effect.map(AppConfig, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host }))
 )
 
 const Announce = Layer.effectDiscard(
   Effect.gen(function*() {
     const server = yield* HttpServer.HttpServer
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const token = yield* OperatorToken
     const address = server.address._tag === "TcpAddress"
       ? `http://${server.address.hostname}:${server.address.port}`
@@ -32,7 +32,7 @@ const Announce = Layer.effectDiscard(
     }
     // Last, so whoever waits for this line has seen everything printed before it.
     yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(
-      Effect.annotateLogs({ public_base_url: Option.getOrElse(settings.publicBaseUrl, () => address) })
+      Effect.annotateLogs({ public_base_url: Option.getOrElse(config.publicBaseUrl, () => address) })
     )
   })
 )
@@ -48,7 +48,7 @@ export const MainLive = Announce.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provide(ServerLive),
   Layer.provideMerge(DatabaseLive),
-  Layer.provide(Settings.layer),
+  Layer.provide(AppConfig.layer),
   Layer.provide(LogLevelLive)
 )
 

@@ -11,9 +11,9 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { Agents } from "../src/Agents.js"
-import { canonicalJson } from "../src/Platform/Idempotency.js"
-import { Secrets, secretsKeyFile } from "../src/Secrets.js"
-import { Settings } from "../src/Settings.js"
+import { canonicalJson } from "../src/Edge/Idempotency.js"
+import { Secrets, secretsKeyFile } from "../src/Crypto/Secrets.js"
+import { AppConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp } from "./support/App.js"
 import { expectError, expectList, expectSingle } from "./support/Envelopes.js"
 import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
@@ -413,14 +413,14 @@ describe("agents resources (D12)", () => {
       expect(String(plain)).not.toContain(credential)
 
       // The app generated its key file (no SECRETS_KEY in tests): mode 0600.
-      const settings = yield* Settings
+      const settings = yield* AppConfig
       expect(fs.statSync(secretsKeyFile(settings.dataDir)).mode & 0o777).toBe(0o600)
     }).pipe(Effect.provide(makeTestApp())))
 })
 
 describe("Secrets key (SECRETS_KEY / DATA_DIR/secrets-key)", () => {
-  const secretsWith = (overrides: Parameters<typeof Settings.defaults>[0]) =>
-    Secrets.Default.pipe(Layer.provide(Layer.succeed(Settings, Settings.defaults(overrides))))
+  const secretsWith = (overrides: Parameters<typeof AppConfig.defaults>[0]) =>
+    Secrets.Default.pipe(Layer.provide(Layer.succeed(AppConfig, AppConfig.defaults(overrides))))
 
   it.effect("generated once into DATA_DIR with mode 0600 and reused", () =>
     Effect.gen(function*() {
@@ -456,18 +456,18 @@ describe("Secrets key (SECRETS_KEY / DATA_DIR/secrets-key)", () => {
 
       const short = randomBytes(16).toString("base64")
       const loaded = yield* Effect.exit(
-        Effect.withConfigProvider(Settings.config, ConfigProvider.fromMap(new Map([["SECRETS_KEY", short]])))
+        Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map([["SECRETS_KEY", short]])))
       )
       expect(Exit.isFailure(loaded)).toBe(true)
       const message = String(Exit.isFailure(loaded) ? loaded.cause : "")
       expect(message).toContain("SECRETS_KEY must be 32 bytes")
       expect(message).not.toContain(short)
       const ok = yield* Effect.withConfigProvider(
-        Settings.config,
+        AppConfig.config,
         ConfigProvider.fromMap(new Map([["SECRETS_KEY", raw.toString("hex")]]))
       )
       expect(Option.isSome(ok.secretsKey)).toBe(true)
-      // Settings built by hand with a bad key: the service refuses to start.
+      // AppConfig built by hand with a bad key: the service refuses to start.
       const refused = yield* Effect.exit(
         Effect.provide(Secrets, secretsWith({ dataDir, secretsKey: Option.some(Redacted.make(short)) }))
       )

@@ -10,8 +10,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Fiber, Layer, Scope, TestClock } from "effect"
 import { createRequire } from "node:module"
 import * as net from "node:net"
-import { Cells } from "../src/Runtime/Cells.js"
-import type { SettingsShape } from "../src/Settings.js"
+import { Cells } from "../src/Runtime/CellsLive.js"
+import type { AppConfigShape } from "../src/Config/AppConfig.js"
 import { freshDatabase, makeTestApp, TestApp } from "./support/App.js"
 import { createKey, provisionSandbox, type Reply, request, type Sandbox } from "./support/Client.js"
 
@@ -29,7 +29,7 @@ const BURST = 120
 const POLICY = "\"burst\";q=120;w=2"
 
 /** Runs `body` against a fresh app built under the TestClock, frozen at the wall-clock time. */
-const underTestClock = <A, E, R>(body: Effect.Effect<A, E, R>, overrides: Partial<SettingsShape> = {}) =>
+const underTestClock = <A, E, R>(body: Effect.Effect<A, E, R>, overrides: Partial<AppConfigShape> = {}) =>
   Effect.gen(function*() {
     yield* TestClock.setTime(Date.now())
     return yield* body.pipe(Effect.provide(makeTestApp(overrides)))

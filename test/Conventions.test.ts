@@ -6,7 +6,7 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { QUICKSTART_SCOPES } from "../src/Domain/Scopes.js"
+import { QUICKSTART_SCOPES } from "../src/Kernel/Scopes.js"
 import * as KeySecrets from "../src/Platform/KeySecrets.js"
 import { makeTestApp, OPERATOR_TOKEN } from "./support/App.js"
 import { ALL_MANAGEMENT_SCOPES, createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"

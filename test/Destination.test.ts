@@ -12,7 +12,7 @@ import { Effect, Option } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { request as undiciRequest } from "undici"
-import { defaultToolSettings } from "../src/Settings.js"
+import { defaultToolConfig } from "../src/Config/AppConfig.js"
 import {
   checkAddress,
   checkUrl,
@@ -22,7 +22,7 @@ import {
   parseAllowlist,
   resolveAndCheck,
   Resolver
-} from "../src/Tools/Destination.js"
+} from "../src/Outbound/Guard.js"
 import { makeTestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
 import { connectionBody } from "./support/ToolHost.js"
@@ -337,7 +337,7 @@ describe("through the service", () => {
       }
     }).pipe(
       Effect.scoped,
-      Effect.provide(makeTestApp({ tools: { ...defaultToolSettings, issuer: Option.some(ISSUER) } })),
+      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(ISSUER) } })),
       Effect.provideService(Resolver, { lookup: tableLookup(DNS) })
     ), 60_000)
 
@@ -375,7 +375,7 @@ describe("through the service", () => {
       expect(stats.connections).toBe(0)
     }).pipe(
       Effect.scoped,
-      Effect.provide(makeTestApp({ tools: { ...defaultToolSettings, issuer: Option.some(ISSUER), requestTimeoutSeconds: 2 } })),
+      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(ISSUER), requestTimeoutSeconds: 2 } })),
       Effect.provideService(Resolver, { lookup: rebindingLookup().lookup })
     ), 60_000)
 })

@@ -5,7 +5,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, TestClock } from "effect"
-import { canonicalJson, fingerprint, isStored, redactSecrets, validKey } from "../src/Platform/Idempotency.js"
+import { canonicalJson, fingerprint, isStored, redactSecrets, validKey } from "../src/Edge/Idempotency.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request, type Sandbox } from "./support/Client.js"
 import { eventually } from "./support/Waiting.js"

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
-import { makeId } from "../src/Domain/Ids.js"
+import { makeId } from "../src/Kernel/Ids.js"
 
 describe("ids (D2)", () => {
   it.effect("are prefixed, opaque and sort in creation order, also within one millisecond", () =>

@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto"
 import { Agents } from "../src/Agents.js"
 import { QUICKSTART_GREETING } from "../src/Operator/Quickstart.js"
 import { Deletions } from "../src/Platform/Deletions.js"
-import { Settings } from "../src/Settings.js"
+import { AppConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp } from "./support/App.js"
 import { expectError, expectSingle } from "./support/Envelopes.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
@@ -237,12 +237,12 @@ describe("operator quickstart (D1)", () => {
 // QUICKSTART_MODEL
 
 const loadSettings = (env: Record<string, string>) =>
-  Effect.either(Effect.withConfigProvider(Settings.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+  Effect.either(Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 describe("QUICKSTART_MODEL", () => {
   it.effect("unset, empty or scripted: the scripted model; openai:/anthropic:<model> with the provider's key", () =>
     Effect.gen(function*() {
-      expect(Settings.defaults().quickstartModel).toEqual({ provider: "scripted" })
+      expect(AppConfig.defaults().quickstartModel).toEqual({ provider: "scripted" })
       for (const env of [{}, { QUICKSTART_MODEL: "" }, { QUICKSTART_MODEL: "scripted" }, { OPENAI_API_KEY: "sk-x" }]) {
         const loaded = yield* loadSettings(env)
         expect(Either.isRight(loaded), JSON.stringify(env)).toBe(true)

@@ -10,7 +10,7 @@ import { Effect, TestClock } from "effect"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { advanceUntil, eventually, settle } from "./support/Waiting.js"
-import { defaultRunSettings } from "../src/Settings.js"
+import { defaultRunConfig } from "../src/Config/AppConfig.js"
 
 const SCOPES = [
   "agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write",
@@ -357,7 +357,7 @@ describe("runs (live clock)", () => {
       // the run created by the revoked key is not readable with it any more.
       expect((yield* request("GET", `${s.P}/runs/${run.id}`, { key: runner.secret })).status).toBe(401)
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
-    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, pingSeconds: 1, streamAuthCheckSeconds: 1 } }))), 30_000)
+    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, pingSeconds: 1, streamAuthCheckSeconds: 1 } }))), 30_000)
 
   it.live("stream limits per actor and per cell (16 and 128 by default); one more is 429 stream_limit_reached", () =>
     Effect.gen(function*() {
@@ -390,7 +390,7 @@ describe("runs (live clock)", () => {
       expect(JSON.parse(overCell.body).error.message).toContain("per environment")
       for (const c of controllers) c.abort()
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
-    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, streamsPerActor: 2, streamsPerCell: 3 } }))), 30_000)
+    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, streamsPerActor: 2, streamsPerCell: 3 } }))), 30_000)
 
   it.live("revocation before dispatch: a queued run of a revoked key ends failed (authorization_revoked)", () =>
     Effect.gen(function*() {
@@ -405,7 +405,7 @@ describe("runs (live clock)", () => {
       const ended = yield* eventually(s.getRun(queued.id), (r) => isTerminal(r.status))
       expect(ended).toMatchObject({ status: "failed", status_reason: "authorization_revoked", started_at: null })
       expect((yield* s.getRun(blocker.id)).status).toBe("succeeded")
-    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, maxActiveRunsPerCell: 1 } }))), 30_000)
+    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, maxActiveRunsPerCell: 1 } }))), 30_000)
 
   it.live("usage: runs, model calls and tokens per agent revision, from usage records", () =>
     Effect.gen(function*() {
@@ -487,10 +487,10 @@ describe("runs (live clock)", () => {
 }, { timeout: 60_000 })
 
 describe("runs: time budgets (TestClock)", () => {
-  const withApp = (overrides: Partial<typeof defaultRunSettings>, body: Effect.Effect<void, unknown, any>) =>
+  const withApp = (overrides: Partial<typeof defaultRunConfig>, body: Effect.Effect<void, unknown, any>) =>
     Effect.gen(function*() {
       yield* TestClock.setTime(Date.now())
-      yield* body.pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunSettings, ...overrides } })))
+      yield* body.pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, ...overrides } })))
     })
 
   it.effect("active execution: a run still working after the execution budget ends expired", () =>

@@ -14,7 +14,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Migrations from "../src/Database/Migrations.js"
-import { Settings } from "../src/Settings.js"
+import { AppConfig } from "../src/Config/AppConfig.js"
 import { freshDatabase } from "./support/App.js"
 import { isRunning } from "./support/Processes.js"
 
@@ -25,7 +25,7 @@ const isRoot = process.getuid?.() === 0
 // Configuration
 
 const loadSettings = (env: Record<string, string>) =>
-  Effect.either(Effect.withConfigProvider(Settings.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+  Effect.either(Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 describe("configuration", () => {
   it.effect("defaults: an unconfigured process gets the documented values", () =>

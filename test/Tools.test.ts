@@ -7,7 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Clock, Effect, Option, TestClock } from "effect"
 import { createRemoteJWKSet, jwtVerify } from "jose"
-import { defaultToolSettings } from "../src/Settings.js"
+import { defaultToolConfig } from "../src/Config/AppConfig.js"
 import { freshDatabase, makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { connectionBody, startToolHost } from "./support/ToolHost.js"
@@ -22,9 +22,9 @@ const expectError = (res: Reply, status: number, code: string) => {
   expect(res.body.error.code, res.text).toBe(code)
 }
 
-const toolSettings = (overrides: Partial<typeof defaultToolSettings> = {}) => ({
+const toolSettings = (overrides: Partial<typeof defaultToolConfig> = {}) => ({
   tools: {
-    ...defaultToolSettings,
+    ...defaultToolConfig,
     issuer: Option.some(ISSUER),
     destinationAllowlist: "127.0.0.1/32",
     requestTimeoutSeconds: 2,

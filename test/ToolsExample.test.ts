@@ -9,7 +9,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
-import { defaultToolSettings } from "../src/Settings.js"
+import { defaultToolConfig } from "../src/Config/AppConfig.js"
 import {
   CREATE_REFUND_PATH,
   type ExampleOptions,
@@ -40,7 +40,7 @@ const setup = (steps: ReadonlyArray<Record<string, unknown>>, options: Partial<E
 
 const appLayer = () =>
   makeTestApp({
-    tools: { ...defaultToolSettings, issuer: Option.some(TOOL_ISSUER), destinationAllowlist: "127.0.0.1/32", requestTimeoutSeconds: 2, reconcilePollSeconds: 1 }
+    tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER), destinationAllowlist: "127.0.0.1/32", requestTimeoutSeconds: 2, reconcilePollSeconds: 1 }
   })
 
 /** The run succeeded, the write ran exactly once, and the agent got that refund. */

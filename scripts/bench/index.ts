@@ -26,7 +26,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
-import { defaultRunSettings, Settings } from "../../src/Settings.js"
+import { defaultRunConfig, AppConfig } from "../../src/Config/AppConfig.js"
 import { forEachRunEvent } from "../lib/RunEvents.js"
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1)
@@ -313,18 +313,18 @@ const program = Effect.gen(function*() {
 })
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-bench-"))
-const settings = Settings.defaults({
+const settings = AppConfig.defaults({
   databaseUrl: process.env.DATABASE_URL ? Option.some(Redacted.make(process.env.DATABASE_URL)) : Option.none(),
   dataDir,
   operatorToken: Option.some(Redacted.make(OPERATOR)),
   dbPoolSize: 20,
   rateLimit: { ratePerSecond: 100_000, burst: 100_000 },
-  runs: { ...defaultRunSettings, streamsPerCell: 100_000, streamsPerActor: 100_000 }
+  runs: { ...defaultRunConfig, streamsPerCell: 100_000, streamsPerActor: 100_000 }
 })
 const AppLive = HttpLive.pipe(
   Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
   Layer.provideMerge(DatabaseLive),
-  Layer.provideMerge(Layer.succeed(Settings, settings))
+  Layer.provideMerge(Layer.succeed(AppConfig, settings))
 )
 
 Effect.runPromise(program.pipe(Effect.provide(AppLive), Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Warning))).then(

@@ -10,11 +10,11 @@ import {
   ModelProfile,
   Workspace
 } from "../Domain/Agents.js"
-import { List, Single } from "../Domain/Envelope.js"
-import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { List, Single } from "../Kernel/Envelope.js"
+import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import { IdempotencyHeaders } from "../Platform/Api.js"
-import { ListParams } from "../Platform/Cursor.js"
-import { RequiredScopes, ServiceKey } from "../Platform/Security.js"
+import { ListParams } from "../Kernel/Cursor.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const tenantId = HttpApiSchema.param("tenant_id", PathId)
 const environment = HttpApiSchema.param("environment", EnvironmentName)

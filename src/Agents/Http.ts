@@ -3,7 +3,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { Agents } from "../Agents.js"
 import { Api } from "../Api.js"
-import { ownCell } from "../Platform/Policy.js"
+import { ownCell } from "../Kernel/Policy.js"
 
 export const WorkspacesLive = HttpApiBuilder.group(Api, "workspaces", (handlers) =>
   Effect.map(Agents, (agents) =>

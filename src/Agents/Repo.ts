@@ -2,7 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Agent, AgentRevision, ModelProfile, Provider, Workspace } from "../Domain/Agents.js"
-import { toIso } from "../Domain/Ids.js"
+import { toIso } from "../Kernel/Ids.js"
 
 export interface WorkspaceRow { id: string; name: string; created_at: Date; updated_at: Date }
 export interface ModelProfileRow {

@@ -5,7 +5,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Data, Effect, Layer, Option } from "effect"
 import * as path from "node:path"
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import * as Embedded from "./Embedded.js"
 import * as Migrations from "./Migrations.js"
 
@@ -23,12 +23,12 @@ export class DatabaseWatch extends Context.Tag("DatabaseWatch")<DatabaseWatch, {
 
 export const PgLive = Layer.unwrapScoped(
   Effect.gen(function*() {
-    const settings = yield* Settings
-    const { lost, url } = yield* Option.match(settings.databaseUrl, {
+    const config = yield* AppConfig
+    const { lost, url } = yield* Option.match(config.databaseUrl, {
       onSome: (url) => Effect.succeed({ url, lost: Effect.never }),
       onNone: () =>
-        Embedded.start({ dataDir: path.resolve(settings.dataDir, "pg") }).pipe(
-          Effect.tap(({ port }) => Effect.logInfo(`embedded Postgres on 127.0.0.1:${port} (data: ${settings.dataDir}/pg)`)),
+        Embedded.start({ dataDir: path.resolve(config.dataDir, "pg") }).pipe(
+          Effect.tap(({ port }) => Effect.logInfo(`embedded Postgres on 127.0.0.1:${port} (data: ${config.dataDir}/pg)`)),
           Effect.map((pg) => ({
             url: pg.url,
             lost: Effect.flatMap(pg.exited, (how) =>
@@ -38,7 +38,7 @@ export const PgLive = Layer.unwrapScoped(
         )
     })
     return Layer.merge(
-      PgClient.layer({ url, maxConnections: settings.dbPoolSize, applicationName: "agent-platform" }),
+      PgClient.layer({ url, maxConnections: config.dbPoolSize, applicationName: "agent-platform" }),
       Layer.succeed(DatabaseWatch, { lost })
     )
   })

@@ -1,6 +1,6 @@
 /** Workspaces, agents, agent revisions and model profiles (decisions D12). */
 import { Schema } from "effect"
-import { Timestamp } from "./Ids.js"
+import { Timestamp } from "../Kernel/Ids.js"
 
 // ---------------------------------------------------------------------------------------------
 // The `scripted` provider's settings (D12): `settings.steps`, each model call takes the next step,
@@ -74,7 +74,7 @@ export const Provider = Schema.Literal("openai", "anthropic", "openai_compatible
 })
 export type Provider = typeof Provider.Type
 
-const Settings = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+const ProfileSettings = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
 export const ModelProfile = Schema.Struct({
   id: Schema.String,
@@ -82,7 +82,7 @@ export const ModelProfile = Schema.Struct({
   name: Schema.String,
   provider: Provider,
   model: Schema.String,
-  settings: Settings,
+  settings: ProfileSettings,
   has_credential: Schema.Boolean.annotations({
     description: "Whether a credential is stored; the credential itself is write-only and never returned"
   }),
@@ -95,7 +95,7 @@ export const CreateModelProfile = Schema.Struct({
   name: Name,
   provider: Provider,
   model: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)),
-  settings: Schema.optional(Settings).annotations({
+  settings: Schema.optional(ProfileSettings).annotations({
     description: "Provider-specific: openai_compatible requires base_url (http or https URL); scripted requires " +
       "steps (a non-empty list of ScriptedStep)"
   }),

@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Timestamp } from "./Ids.js"
+import { Timestamp } from "../Kernel/Ids.js"
 import { Email } from "./Platform.js"
 
 export const CreatePilotApplication = Schema.Struct({

@@ -1,7 +1,7 @@
 /** Resources of the platform plane (contract part 4; fields "not shown" there are designed here). */
 import { Schema } from "effect"
-import { EnvironmentName, Timestamp } from "./Ids.js"
-import { Scope } from "./Scopes.js"
+import { EnvironmentName, Timestamp } from "../Kernel/Ids.js"
+import { Scope } from "../Kernel/Scopes.js"
 
 const Nullable = <A, I>(s: Schema.Schema<A, I>) => Schema.NullOr(s)
 

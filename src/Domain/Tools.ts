@@ -3,7 +3,7 @@
  * (contract 2.3, 3.2, 4.1; D9, D10, D12). Fields the contract does not show are ours.
  */
 import { Schema } from "effect"
-import { Timestamp } from "./Ids.js"
+import { Timestamp } from "../Kernel/Ids.js"
 
 const Name = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
 /** A tool name as the model sees it: providers accept `^[a-zA-Z0-9_-]{1,64}$` (no dots). */

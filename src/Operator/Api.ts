@@ -1,8 +1,8 @@
 /** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
-import { CellStats } from "../Runtime/CellProtocol.js"
+import { CellStats } from "../Cells/Protocol.js"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { AuthenticationError } from "../Domain/Errors.js"
-import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { AuthenticationError } from "../Kernel/Errors.js"
+import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"

@@ -1,7 +1,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Redacted } from "effect"
 import { Api } from "../Api.js"
-import { AuthenticationFailed } from "../Domain/Errors.js"
+import { AuthenticationFailed } from "../Kernel/Errors.js"
 import { Operator } from "../Operator.js"
 import { OperatorAuth } from "./Api.js"
 import { OperatorToken } from "./Token.js"

@@ -16,12 +16,12 @@ import { Clock, Effect, Redacted } from "effect"
 import { Agents } from "../Agents.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CreateModelProfile } from "../Domain/Agents.js"
-import { notFound } from "../Domain/Errors.js"
-import type { EnvironmentName } from "../Domain/Ids.js"
+import { notFound } from "../Kernel/Errors.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { Quickstart } from "../Domain/Operator.js"
-import type { CellRef } from "../Domain/Principal.js"
+import type { CellRef } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
-import { type QuickstartModel, Settings } from "../Settings.js"
+import { type QuickstartModel, AppConfig } from "../Config/AppConfig.js"
 
 export const QUICKSTART_GREETING = "Hello from your sandbox agent. You said: {{input}}"
 const INSTRUCTIONS = "You are the quickstart agent of this environment. Answer briefly and helpfully."
@@ -56,7 +56,7 @@ const toQuickstart = (r: QuickstartRow): Quickstart => ({
 export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const platform = yield* Platform
     const agents = yield* Agents
 
@@ -74,7 +74,7 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
     /** Makes the resources and the record; the caller holds the environment's row lock. */
     const create = (cell: CellRef) =>
       Effect.gen(function*() {
-        const profile = profileOf(settings.quickstartModel)
+        const profile = profileOf(config.quickstartModel)
         const actor = yield* platform.createServiceActor(cell, "Quickstart")
         const workspace = yield* agents.createWorkspace(cell, { name: "Quickstart" })
         const modelProfile = yield* agents.createModelProfile(cell, profile)

@@ -6,7 +6,7 @@ import { Effect, Option, Redacted } from "effect"
 import { randomBytes, timingSafeEqual } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 
 export const tokenFile = (dataDir: string) => path.resolve(dataDir, "operator-token")
 
@@ -19,14 +19,14 @@ export const readTokenFile = (dataDir: string) =>
 
 export class OperatorToken extends Effect.Service<OperatorToken>()("OperatorToken", {
   effect: Effect.gen(function*() {
-    const settings = yield* Settings
-    const configured = settings.operatorToken
+    const config = yield* AppConfig
+    const configured = config.operatorToken
     let source: "config" | "file" | "generated" = "config"
     let token: Redacted.Redacted<string>
     if (Option.isSome(configured)) {
       token = configured.value
     } else {
-      const existing = yield* readTokenFile(settings.dataDir)
+      const existing = yield* readTokenFile(config.dataDir)
       if (Option.isSome(existing) && existing.value.length > 0) {
         source = "file"
         token = Redacted.make(existing.value)
@@ -34,9 +34,9 @@ export class OperatorToken extends Effect.Service<OperatorToken>()("OperatorToke
         source = "generated"
         const value = `op_${randomBytes(32).toString("base64url")}`
         yield* Effect.tryPromise(async () => {
-          await fs.mkdir(settings.dataDir, { recursive: true })
+          await fs.mkdir(config.dataDir, { recursive: true })
           // "wx": never overwrite a token another process wrote first.
-          await fs.writeFile(tokenFile(settings.dataDir), value + "\n", { mode: 0o600, flag: "wx" })
+          await fs.writeFile(tokenFile(config.dataDir), value + "\n", { mode: 0o600, flag: "wx" })
         }).pipe(Effect.orDie)
         token = Redacted.make(value)
       }
@@ -47,6 +47,6 @@ export class OperatorToken extends Effect.Service<OperatorToken>()("OperatorToke
       const got = Buffer.from(candidate)
       return got.length === expected.length && timingSafeEqual(got, expected)
     }
-    return { token, source, file: tokenFile(settings.dataDir), verify } as const
+    return { token, source, file: tokenFile(config.dataDir), verify } as const
   })
 }) {}

@@ -1,8 +1,8 @@
 /** The platform plane of /v1 (contract part 4): tenants, environments, keys, users, service actors, deletion jobs. */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { Accepted, List, Single } from "../Domain/Envelope.js"
-import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { Accepted, List, Single } from "../Kernel/Envelope.js"
+import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import {
   ApiKey,
   CreateServiceActor,
@@ -15,8 +15,8 @@ import {
   UpdateTenant,
   User
 } from "../Domain/Platform.js"
-import { ListParams } from "./Cursor.js"
-import { RequiredScopes, ServiceKey } from "./Security.js"
+import { ListParams } from "../Kernel/Cursor.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const tenantId = HttpApiSchema.param("tenant_id", PathId)
 const environment = HttpApiSchema.param("environment", EnvironmentName)

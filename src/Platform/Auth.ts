@@ -4,10 +4,10 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { AuthenticationFailed, Unavailable } from "../Domain/Errors.js"
-import type { EnvironmentName } from "../Domain/Ids.js"
-import type { Principal } from "../Domain/Principal.js"
-import type { Scope } from "../Domain/Scopes.js"
+import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
+import type { Principal } from "../Kernel/Principal.js"
+import type { Scope } from "../Kernel/Scopes.js"
 import * as KeySecrets from "./KeySecrets.js"
 
 const invalidKey = new AuthenticationFailed({ code: "invalid_api_key", message: "Invalid API key provided" })

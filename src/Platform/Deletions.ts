@@ -16,7 +16,7 @@ const describe = (e: unknown): string => {
   const cause = e instanceof Error && e.cause instanceof Error ? `: ${e.cause.message}` : ""
   return `${message}${cause}`.slice(0, 500)
 }
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import type { DeletionJobRow } from "./Repo.js"
 
 /** Tables holding a cell's live data by (tenant_id, environment), in an order foreign keys allow. */
@@ -29,7 +29,7 @@ const CELL_TABLES = [
 export class Deletions extends Effect.Service<Deletions>()("Deletions", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const settings = yield* Settings
+    const config = yield* AppConfig
 
     const purgeEnvironment = (tenantId: string, environment: string, at: Date) =>
       Effect.all([
@@ -125,7 +125,7 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
 
     yield* runDue.pipe(
       Effect.catchAllCause((cause) => Effect.logError("deletion worker failed", cause)),
-      Effect.repeat(Schedule.spaced(`${settings.sweepIntervalSeconds} seconds`)),
+      Effect.repeat(Schedule.spaced(`${config.sweepIntervalSeconds} seconds`)),
       Effect.forkScoped
     )
 

@@ -3,10 +3,10 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { Api } from "../Api.js"
 import type { DeletionJob } from "../Domain/Platform.js"
-import { setResponseHeader } from "../Domain/RequestContext.js"
-import { CurrentPrincipal } from "../Domain/Principal.js"
+import { setResponseHeader } from "../Kernel/RequestContext.js"
+import { CurrentPrincipal } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
-import { ownCell, ownTenant } from "./Policy.js"
+import { ownCell, ownTenant } from "../Kernel/Policy.js"
 
 /** 202 responses carry `Location`: the deletion job to poll. */
 const accepted = (tenantId: string, environment: string) => (job: DeletionJob) =>

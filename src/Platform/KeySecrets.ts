@@ -4,7 +4,7 @@
  * kept as a display prefix.
  */
 import { createHash, randomBytes } from "node:crypto"
-import type { EnvironmentName } from "../Domain/Ids.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
 
 export const generate = (environment: EnvironmentName): string =>
   `sk_${environment === "sandbox" ? "test" : "live"}_${randomBytes(32).toString("base64url")}`

@@ -1,10 +1,10 @@
 /** SQL of the platform plane. Rows in, resources out; infrastructure errors are defects. */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { notFound } from "../Domain/Errors.js"
-import { type EnvironmentName, toIso } from "../Domain/Ids.js"
+import { notFound } from "../Kernel/Errors.js"
+import { type EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { ApiKey, DeletionJob, Environment, ServiceActor, Tenant, User } from "../Domain/Platform.js"
-import type { Scope } from "../Domain/Scopes.js"
+import type { Scope } from "../Kernel/Scopes.js"
 
 export interface TenantRow { id: string; name: string; status: Tenant["status"]; created_at: Date; updated_at: Date }
 export interface EnvironmentRow {

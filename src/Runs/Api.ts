@@ -1,8 +1,8 @@
 /** Conversations, runs, run events and usage (contract part 4 rows; D7, D8, D16). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { Accepted, List, Single } from "../Domain/Envelope.js"
-import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { Accepted, List, Single } from "../Kernel/Envelope.js"
+import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import {
   Conversation,
   CreateConversation,
@@ -14,7 +14,7 @@ import {
   UsageParams
 } from "../Domain/Runs.js"
 import { IdempotencyHeaders } from "../Platform/Api.js"
-import { RequiredScopes, ServiceKey } from "../Platform/Security.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const tenantId = HttpApiSchema.param("tenant_id", PathId)
 const environment = HttpApiSchema.param("environment", EnvironmentName)

@@ -2,15 +2,15 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect, Stream } from "effect"
 import { Api } from "../Api.js"
-import { invalid } from "../Domain/Errors.js"
-import { ownCell } from "../Platform/Policy.js"
+import { invalid } from "../Kernel/Errors.js"
+import { ownCell } from "../Kernel/Policy.js"
 import { Runs } from "../Runs.js"
 import { TerminalRun } from "./Api.js"
 import { eventStream } from "./Stream.js"
 import { RunsRepo } from "./Repo.js"
 import { EventBus } from "./EventBus.js"
-import { Cells } from "../Runtime/Cells.js"
-import { Settings } from "../Settings.js"
+import { Cells } from "../Runtime/CellsLive.js"
+import { AppConfig } from "../Config/AppConfig.js"
 
 export const ConversationsLive = HttpApiBuilder.group(Api, "conversations", (handlers) =>
   Effect.map(Runs, (runs) =>
@@ -37,7 +37,7 @@ export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
 export const EventsLive = HttpApiBuilder.group(Api, "events", (handlers) =>
   Effect.gen(function*() {
     const runs = yield* Runs
-    const streamContext = yield* Effect.context<RunsRepo | EventBus | Cells | Settings>()
+    const streamContext = yield* Effect.context<RunsRepo | EventBus | Cells | AppConfig>()
     return handlers
       .handle("listRunEvents", ({ path, urlParams }) =>
         Effect.flatMap(ownCell(path.tenant_id, path.environment), (p) => runs.listEvents(p, path.run_id, urlParams)))

@@ -10,7 +10,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Either, Option } from "effect"
-import { makeId, toIso } from "../Domain/Ids.js"
+import { makeId, toIso } from "../Kernel/Ids.js"
 import type { Conversation, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
 import type { ToolRow } from "../Tools.js"

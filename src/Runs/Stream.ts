@@ -12,11 +12,11 @@
  */
 import * as Sse from "@effect/experimental/Sse"
 import { Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
-import type { Principal } from "../Domain/Principal.js"
+import type { Principal } from "../Kernel/Principal.js"
 import { TERMINAL_STATUSES } from "../Domain/RunState.js"
-import { CloseStream } from "../Runtime/CellProtocol.js"
-import { Cells } from "../Runtime/Cells.js"
-import { Settings } from "../Settings.js"
+import { CloseStream } from "../Cells/Protocol.js"
+import { Cells } from "../Runtime/CellsLive.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { EventBus } from "./EventBus.js"
 import { type EventRow, RunsRepo, toEvent } from "./Repo.js"
 
@@ -34,7 +34,7 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
     const repo = yield* RunsRepo
     const bus = yield* EventBus
     const cells = yield* Cells
-    const settings = yield* Settings
+    const config = yield* AppConfig
     // The slot was taken by Runs.openStream before the response started.
     yield* Effect.addFinalizer(() =>
       cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id }))
@@ -59,7 +59,7 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
     const follow = Effect.gen(function*() {
       if (yield* catchUp) return
       while (true) {
-        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.seconds(settings.runs.pingSeconds))
+        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.seconds(config.runs.pingSeconds))
         if (Option.isNone(next)) {
           if (yield* catchUp) return // notifications can be lost (a replaced LISTEN connection)
           continue
@@ -77,13 +77,13 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
     })
 
     const ping = Queue.offer(out, ": ping\n\n").pipe(
-      Effect.repeat(Schedule.spaced(Duration.seconds(settings.runs.pingSeconds))),
-      Effect.delay(Duration.seconds(settings.runs.pingSeconds))
+      Effect.repeat(Schedule.spaced(Duration.seconds(config.runs.pingSeconds))),
+      Effect.delay(Duration.seconds(config.runs.pingSeconds))
     )
 
     const revoked = repo.keyActive(p.keyId).pipe(
       Effect.repeat({
-        schedule: Schedule.spaced(Duration.seconds(settings.runs.streamAuthCheckSeconds)),
+        schedule: Schedule.spaced(Duration.seconds(config.runs.streamAuthCheckSeconds)),
         while: (active) => active
       })
     )

@@ -7,8 +7,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
-import type { RunSettings } from "../Settings.js"
-import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "./CellProtocol.js"
+import type { RunConfig } from "../Config/AppConfig.js"
+import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
 import * as RateLimiter from "./RateLimiter.js"
 import type { ActorOptions } from "./RunActor.js"
 
@@ -23,7 +23,7 @@ export interface Cell {
 
 export interface CellOptions {
   readonly rateLimit: RateLimiter.RateLimitPolicy
-  readonly runs: RunSettings
+  readonly runs: RunConfig
   /** The run actor (its services provided): drives one run from the database. */
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
   /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`). */

@@ -8,12 +8,12 @@
 import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
 import { Trigger } from "../Domain/RunState.js"
 import { RunsRepo } from "../Runs/Repo.js"
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { reconciliationUrl } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
-import { OperationsRepo } from "../Tools/Operations.js"
-import { Cells } from "./Cells.js"
-import { GetGeneration } from "./CellProtocol.js"
+import { OperationsRepo } from "../Tools/OperationsRepo.js"
+import { Cells } from "./CellsLive.js"
+import { GetGeneration } from "../Cells/Protocol.js"
 import { actorOf, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
@@ -21,7 +21,7 @@ export const reconcileDue = Effect.gen(function*() {
   const runs = yield* RunsRepo
   const invoker = yield* Invoker
   const cells = yield* Cells
-  const settings = yield* Settings
+  const config = yield* AppConfig
   const now = yield* Clock.currentTimeMillis
   const due = yield* operations.dueForReconciliation(new Date(now), 50)
   for (const op of due) {
@@ -44,7 +44,7 @@ export const reconcileDue = Effect.gen(function*() {
     )
     const at = new Date(yield* Clock.currentTimeMillis)
     if (answer._tag !== "Settled") {
-      const backoff = Math.min(settings.tools.reconcileRetrySeconds * 2 ** Math.min(op.attempts, 6), 6 * 3600)
+      const backoff = Math.min(config.tools.reconcileRetrySeconds * 2 ** Math.min(op.attempts, 6), 6 * 3600)
       yield* operations.postpone(op.id, new Date(at.getTime() + backoff * 1000))
       continue
     }
@@ -66,10 +66,10 @@ export const reconcileDue = Effect.gen(function*() {
 
 /** The background loop (one per process; every replica may run it: settling is idempotent). */
 export const ReconcilerLive = Layer.scopedDiscard(
-  Effect.flatMap(Settings, (settings) =>
+  Effect.flatMap(AppConfig, (config) =>
     reconcileDue.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("reconciliation pass failed", cause)),
-      Effect.repeat(Schedule.spaced(Duration.seconds(settings.tools.reconcileRetrySeconds))),
+      Effect.repeat(Schedule.spaced(Duration.seconds(config.tools.reconcileRetrySeconds))),
       Effect.forkScoped
     ))
 )

@@ -5,8 +5,8 @@
  */
 import { Effect, Layer } from "effect"
 import { RunsRepo } from "../Runs/Repo.js"
-import { Cells } from "./Cells.js"
-import { StartRun } from "./CellProtocol.js"
+import { Cells } from "./CellsLive.js"
+import { StartRun } from "../Cells/Protocol.js"
 
 export const recoverRuns = Effect.gen(function*() {
   const repo = yield* RunsRepo

@@ -20,8 +20,8 @@ import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { ConversationItem, StepEngine, type StepResult } from "../Models/StepEngine.js"
 import { type Commit, RunsRepo, type RunRow } from "../Runs/Repo.js"
-import { Settings } from "../Settings.js"
-import { OperationsRepo } from "../Tools/Operations.js"
+import { AppConfig } from "../Config/AppConfig.js"
+import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import * as ToolCalls from "./ToolCalls.js"
 
 const Items = Schema.Array(ConversationItem)
@@ -66,8 +66,8 @@ export const run = (runId: string, options: ActorOptions) =>
     const engine = yield* StepEngine
     const agents = yield* Agents
     const operations = yield* OperationsRepo
-    const settings = yield* Settings
-    const budgets = settings.runs
+    const config = yield* AppConfig
+    const budgets = config.runs
 
     /** Commits; a refusal means someone else (a cancel, a budget) changed the run first. */
     const commit = (...commits: ReadonlyArray<Commit>) =>

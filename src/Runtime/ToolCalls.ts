@@ -19,12 +19,12 @@ import { Clock, Duration, Effect } from "effect"
 import { Trigger } from "../Domain/RunState.js"
 import type { ConversationItem } from "../Models/StepEngine.js"
 import type { Commit, RunRow, UsageRecordInput } from "../Runs/Repo.js"
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { joinUrl, reconciliationUrl, type ToolRow } from "../Tools.js"
 import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
 import { validate } from "../Tools/JsonSchemas.js"
-import { OperationsRepo } from "../Tools/Operations.js"
-import { makeId } from "../Domain/Ids.js"
+import { OperationsRepo } from "../Tools/OperationsRepo.js"
+import { makeId } from "../Kernel/Ids.js"
 
 export type ProposedCall = Extract<ConversationItem, { type: "tool_call" }>
 
@@ -74,7 +74,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
   Effect.gen(function*() {
     const invoker = yield* Invoker
     const operations = yield* OperationsRepo
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const { row } = env
     const tool = env.tools.find((t) => t.name === call.name)
     const callData = { tool_call_id: call.call_id, name: call.name }
@@ -153,7 +153,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     if (approval === undefined) {
       const at = yield* now
       const expires = new Date(Math.min(
-        at.getTime() + settings.runs.approvalSeconds * 1000,
+        at.getTime() + config.runs.approvalSeconds * 1000,
         row.authorization_expires_at.getTime()
       ))
       const approvalId = yield* makeId("apr")
@@ -253,7 +253,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       }
       if (answer._tag === "Unknown" && ++failures >= 3) return yield* loseOutcome(env, operation.id, answer.message)
       // pending (or a failed attempt): ask again, within the run's budget
-      yield* Effect.sleep(Duration.seconds(settings.tools.reconcilePollSeconds))
+      yield* Effect.sleep(Duration.seconds(config.tools.reconcilePollSeconds))
     }
   })
 
@@ -289,13 +289,13 @@ export const reconcileOnce = (
 export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: string, message: string) =>
   Effect.gen(function*() {
     const operations = yield* OperationsRepo
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const at = yield* now
     yield* env.commit({
       trigger: Trigger.LoseOutcome({ reason: "write_outcome_unknown" }),
       data: { operation_id: operationId, message },
       also: operations.settleOperation(operationId, "unknown", at, {
-        nextReconcileAt: new Date(at.getTime() + settings.tools.reconcileRetrySeconds * 1000)
+        nextReconcileAt: new Date(at.getTime() + config.tools.reconcileRetrySeconds * 1000)
       })
     })
     return "stop" as Next

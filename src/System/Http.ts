@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { Api } from "../Api.js"
 import { loader } from "../Database/Migrations.js"
-import { Unavailable } from "../Domain/Errors.js"
+import { Unavailable } from "../Kernel/Errors.js"
 
 export const SystemLive = HttpApiBuilder.group(Api, "system", (handlers) =>
   Effect.gen(function*() {

@@ -15,7 +15,7 @@ import { Deferred, Effect, FiberSet, Schema, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
-import { ensureSchema, ToolFailure } from "./Operations.js"
+import { ensureSchema, ToolFailure } from "./WriteLedger.js"
 import { defineOperation, makeToolServer, readRawBody, sendResponse, toToolRequest, type ToolServer } from "./Server.js"
 import { makeVerifier, type VerifierConfig } from "./Verify.js"
 

@@ -10,7 +10,7 @@
 import type { SqlClient } from "@effect/sql"
 import { Cause, Effect, FiberSet, ParseResult, Schema, type Scope } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
-import { OperationConflict, reconcile, runWrite, ToolFailure } from "./Operations.js"
+import { OperationConflict, reconcile, runWrite, ToolFailure } from "./WriteLedger.js"
 import type { InvocationRejected, Verifier, VerifiedInvocation } from "./Verify.js"
 
 /** One operation of the server, its input/output types erased (see `defineOperation`). */

@@ -56,7 +56,7 @@ export {
   reconcile,
   runWrite,
   ToolFailure
-} from "./Operations.js"
+} from "./WriteLedger.js"
 
 /**
  * The server: `defineOperation` per operation, `makeToolServer` for the request handler

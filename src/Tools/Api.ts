@@ -1,8 +1,8 @@
 /** Connections, tools, the public key set, approvals, actor sessions and settings (D9, D10, D12, D16). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { List, Single } from "../Domain/Envelope.js"
-import { EnvironmentName, PathId } from "../Domain/Ids.js"
+import { List, Single } from "../Kernel/Envelope.js"
+import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import {
   ActorSession,
   Approval,
@@ -17,8 +17,8 @@ import {
   UpdateSettings
 } from "../Domain/Tools.js"
 import { IdempotencyHeaders } from "../Platform/Api.js"
-import { ListParams } from "../Platform/Cursor.js"
-import { RequiredScopes, ServiceKey } from "../Platform/Security.js"
+import { ListParams } from "../Kernel/Cursor.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const tenantId = HttpApiSchema.param("tenant_id", PathId)
 const environment = HttpApiSchema.param("environment", EnvironmentName)

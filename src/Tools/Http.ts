@@ -1,10 +1,10 @@
 /** Handlers of connections, tools, the key set, approvals, actor sessions and settings. */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
-import { Actors } from "../Actors.js"
+import { ActorSessions } from "../ActorSessions.js"
 import { Api } from "../Api.js"
 import { Approvals } from "../Approvals.js"
-import { ownCell } from "../Platform/Policy.js"
+import { ownCell } from "../Kernel/Policy.js"
 import { Tools } from "../Tools.js"
 import { SigningKeys } from "./Signing.js"
 
@@ -38,12 +38,12 @@ export const ApprovalsLive = HttpApiBuilder.group(Api, "approvals", (handlers) =
           approvals.decide(p, path.approval_id, headers["x-actor-token"], payload)))))
 
 export const ActorSessionsLive = HttpApiBuilder.group(Api, "actor-sessions", (handlers) =>
-  Effect.map(Actors, (actors) =>
+  Effect.map(ActorSessions, (actors) =>
     handlers.handle("createActorSession", ({ path, payload }) =>
       Effect.flatMap(ownCell(path.tenant_id, path.environment), (p) => actors.createSession(p, payload)))))
 
 export const SettingsLive = HttpApiBuilder.group(Api, "settings", (handlers) =>
-  Effect.map(Actors, (actors) =>
+  Effect.map(ActorSessions, (actors) =>
     handlers
       .handle("getSettings", ({ path }) =>
         Effect.flatMap(ownCell(path.tenant_id, path.environment), (p) => actors.getSettings(p)))

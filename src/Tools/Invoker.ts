@@ -15,9 +15,9 @@
  */
 import { Data, Effect } from "effect"
 import { request } from "undici"
-import type { CellRef } from "../Domain/Principal.js"
-import { Settings } from "../Settings.js"
-import { Destinations } from "./Destinations.js"
+import type { CellRef } from "../Kernel/Principal.js"
+import { AppConfig } from "../Config/AppConfig.js"
+import { Destinations } from "../Outbound/Destinations.js"
 import { inputDigest, SigningKeys } from "./Signing.js"
 
 export type CallOutcome = Data.TaggedEnum<{
@@ -56,10 +56,10 @@ const MAX_RESPONSE_BYTES = 1024 * 1024
 
 export class Invoker extends Effect.Service<Invoker>()("Invoker", {
   effect: Effect.gen(function*() {
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const signing = yield* SigningKeys
     const destinations = yield* Destinations
-    const timeoutMs = settings.tools.requestTimeoutSeconds * 1000
+    const timeoutMs = config.tools.requestTimeoutSeconds * 1000
 
     const call = (method: "POST" | "GET", url: string, body: string, ctx: CallContext) =>
       Effect.gen(function*() {
@@ -113,7 +113,7 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
         }).pipe(
           Effect.catchAll((e: any) => {
             if (e?.name === "TimeoutError" || e?.cause?.name === "TimeoutError") {
-              return Effect.succeed(CallOutcome.Ambiguous({ message: `no answer within ${settings.tools.requestTimeoutSeconds} s` }))
+              return Effect.succeed(CallOutcome.Ambiguous({ message: `no answer within ${config.tools.requestTimeoutSeconds} s` }))
             }
             const code = e?.code ?? e?.cause?.code
             const message = `${code ?? "error"}: ${e?.message ?? String(e)}`

@@ -14,10 +14,10 @@ import { Clock, Effect, Option, Redacted } from "effect"
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK, SignJWT } from "jose"
 import { createHash, randomBytes } from "node:crypto"
 import { dieOnSqlError } from "../Database/Defects.js"
-import type { CellRef } from "../Domain/Principal.js"
+import type { CellRef } from "../Kernel/Principal.js"
 import { PlatformRepo } from "../Platform/Repo.js"
-import { Secrets } from "../Secrets.js"
-import { Settings } from "../Settings.js"
+import { Secrets } from "../Crypto/Secrets.js"
+import { AppConfig } from "../Config/AppConfig.js"
 
 /** Seconds a retired key stays published beyond the life of the last token it signed. */
 const CLOCK_SKEW_SECONDS = 60
@@ -51,10 +51,10 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     const sql = yield* SqlClient.SqlClient
     const secrets = yield* Secrets
     const platform = yield* PlatformRepo
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const issuer = Option.getOrElse(
-      Option.orElse(settings.tools.issuer, () => settings.publicBaseUrl),
-      () => `http://${settings.host}:${settings.port}`
+      Option.orElse(config.tools.issuer, () => config.publicBaseUrl),
+      () => `http://${config.host}:${config.port}`
     )
     /** Imported private keys by kid: a key never changes once made. */
     const imported = new Map<string, CryptoKey>()
@@ -138,7 +138,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
             .setAudience(claims.audience)
             .setSubject(claims.actor.id)
             .setIssuedAt(now)
-            .setExpirationTime(now + settings.tools.tokenSeconds)
+            .setExpirationTime(now + config.tools.tokenSeconds)
             .setJti(randomBytes(16).toString("base64url"))
             .sign(key)
         )
@@ -161,7 +161,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     const rotate = (cell: CellRef) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const publishUntil = new Date(now + (settings.tools.tokenSeconds + CLOCK_SKEW_SECONDS) * 1000)
+        const publishUntil = new Date(now + (config.tools.tokenSeconds + CLOCK_SKEW_SECONDS) * 1000)
         yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`
             UPDATE signing_keys SET retired_at = ${new Date(now)}, publish_until = ${publishUntil}

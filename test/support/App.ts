@@ -16,7 +16,7 @@ import * as path from "node:path"
 import { inject } from "vitest"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
-import { defaultToolSettings, Settings, type SettingsShape } from "../../src/Settings.js"
+import { defaultToolConfig, AppConfig, type AppConfigShape } from "../../src/Config/AppConfig.js"
 
 interface PgClient {
   connect(): Promise<void>
@@ -53,25 +53,25 @@ export const freshDatabase = Effect.acquireRelease(
 export interface TestAppShape {
   readonly baseUrl: string
   readonly databaseUrl: string
-  readonly settings: SettingsShape
+  readonly settings: AppConfigShape
 }
 export class TestApp extends Context.Tag("TestApp")<TestApp, TestAppShape>() {}
 
 /** The service on a fresh database. `databaseUrl` reuses an existing database (restart tests). */
-export const makeTestApp = (overrides: Partial<SettingsShape> = {}, databaseUrl?: string) =>
+export const makeTestApp = (overrides: Partial<AppConfigShape> = {}, databaseUrl?: string) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
       const url = databaseUrl ?? (yield* freshDatabase).url
       const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-app-"))
       yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dataDir, { recursive: true, force: true })))
-      const settings = Settings.defaults({
+      const settings = AppConfig.defaults({
         databaseUrl: Option.some(Redacted.make(url)),
         dataDir,
         operatorToken: Option.some(Redacted.make(OPERATOR_TOKEN)),
         dbPoolSize: 5,
         // One background reconciliation pass a day: TestClock jumps of days stay a few wake-ups
         // (tests of reconciliation set their own interval).
-        tools: { ...defaultToolSettings, reconcileRetrySeconds: 86_400 },
+        tools: { ...defaultToolConfig, reconcileRetrySeconds: 86_400 },
         ...overrides
       })
       const AppInfo = Layer.effect(
@@ -85,9 +85,9 @@ export const makeTestApp = (overrides: Partial<SettingsShape> = {}, databaseUrl?
         Layer.provideMerge(HttpLive),
         Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
         Layer.provideMerge(DatabaseLive),
-        Layer.provideMerge(Layer.succeed(Settings, settings))
+        Layer.provideMerge(Layer.succeed(AppConfig, settings))
       )
     })
   )
 
-export type TestAppServices = TestApp | SqlClient.SqlClient | Settings
+export type TestAppServices = TestApp | SqlClient.SqlClient | AppConfig

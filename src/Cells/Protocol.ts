@@ -4,7 +4,7 @@
  * nodes) without rewriting callers. Commands and replies are schemas for that reason.
  */
 import { Schema } from "effect"
-import { EnvironmentName } from "../Domain/Ids.js"
+import { EnvironmentName } from "../Kernel/Ids.js"
 
 export const CellId = Schema.Struct({ tenantId: Schema.String, environment: EnvironmentName })
 export type CellId = typeof CellId.Type

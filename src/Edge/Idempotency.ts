@@ -7,8 +7,8 @@
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
-import { Conflict, InvalidRequest } from "../Domain/Errors.js"
-import { Settings } from "../Settings.js"
+import { Conflict, InvalidRequest } from "../Kernel/Errors.js"
+import { AppConfig } from "../Config/AppConfig.js"
 
 export interface Scope {
   readonly tenantId: string
@@ -94,7 +94,7 @@ export const scopeRef = (s: Scope): string =>
 export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const settings = yield* Settings
+    const config = yield* AppConfig
 
     const where = (s: Scope) =>
       sql`tenant_id = ${s.tenantId} AND environment = ${s.environment} AND actor = ${s.actor}
@@ -104,8 +104,8 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
     const begin = (s: Scope, fp: string): Effect.Effect<Begin, Conflict | InvalidRequest> =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const lockedUntil = new Date(now + settings.idempotencyLockSeconds * 1000)
-        const expires = new Date(now + settings.idempotencyTtlSeconds * 1000)
+        const lockedUntil = new Date(now + config.idempotencyLockSeconds * 1000)
+        const expires = new Date(now + config.idempotencyTtlSeconds * 1000)
         const reserve = sql`
           INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
                                         locked_until, created_at, expires_at)
@@ -183,10 +183,10 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      */
     const heartbeat = (s: Scope) => {
       const extend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        sql`UPDATE idempotency_keys SET locked_until = ${new Date(now + settings.idempotencyLockSeconds * 1000)}
+        sql`UPDATE idempotency_keys SET locked_until = ${new Date(now + config.idempotencyLockSeconds * 1000)}
             WHERE ${where(s)} AND state = 'in_flight'`)
       return extend.pipe(
-        Effect.delay(Duration.millis((settings.idempotencyLockSeconds * 1000) / 3)),
+        Effect.delay(Duration.millis((config.idempotencyLockSeconds * 1000) / 3)),
         Effect.forever,
         Effect.catchAllCause((cause) => Effect.logWarning("idempotency lock extension failed", cause))
       )
@@ -208,7 +208,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       ))
 
     yield* sweep.pipe(
-      Effect.repeat(Schedule.spaced(`${settings.sweepIntervalSeconds} seconds`)),
+      Effect.repeat(Schedule.spaced(`${config.sweepIntervalSeconds} seconds`)),
       Effect.catchAllCause((cause) => Effect.logWarning("idempotency sweep failed", cause)),
       Effect.forkScoped
     )

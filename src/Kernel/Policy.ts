@@ -3,9 +3,9 @@
  * the same body shape as a missing resource (D3), never 403.
  */
 import { Effect } from "effect"
-import { NotFound, PermissionDenied } from "../Domain/Errors.js"
-import type { EnvironmentName } from "../Domain/Ids.js"
-import { CurrentPrincipal, type Principal } from "../Domain/Principal.js"
+import { NotFound, PermissionDenied } from "./Errors.js"
+import type { EnvironmentName } from "./Ids.js"
+import { CurrentPrincipal, type Principal } from "./Principal.js"
 
 export const ownTenant = (tenantId: string): Effect.Effect<Principal, NotFound, CurrentPrincipal> =>
   Effect.flatMap(CurrentPrincipal, (p) =>

@@ -5,9 +5,9 @@
  * actually connects to and follows no redirects).
  */
 import { Effect, Layer } from "effect"
-import { invalid } from "../Domain/Errors.js"
-import { Settings } from "../Settings.js"
-import * as Destination from "./Destination.js"
+import { invalid } from "../Kernel/Errors.js"
+import { AppConfig } from "../Config/AppConfig.js"
+import * as Destination from "./Guard.js"
 
 /** The guard with `raw` as the allowlist (a malformed entry is a defect: it stops the start). */
 const make = (raw: string) =>
@@ -34,9 +34,9 @@ const make = (raw: string) =>
   })
 
 export class Destinations extends Effect.Service<Destinations>()("Destinations", {
-  scoped: Effect.flatMap(Settings, (settings) => make(settings.tools.destinationAllowlist))
+  scoped: Effect.flatMap(AppConfig, (config) => make(config.tools.destinationAllowlist))
 }) {
-  /** The guard with this allowlist, without Settings (tests of single services). */
+  /** The guard with this allowlist, without AppConfig (tests of single services). */
   static readonly layerWith = (allowlist: string): Layer.Layer<Destinations> =>
     Layer.scoped(Destinations, Effect.map(make(allowlist), Destinations.make))
 }

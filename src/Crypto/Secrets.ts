@@ -8,7 +8,7 @@ import { Data, Effect, Either, Option, Redacted } from "effect"
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { decodeSecretsKey, Settings } from "./Settings.js"
+import { decodeSecretsKey, AppConfig } from "../Config/AppConfig.js"
 
 export const secretsKeyFile = (dataDir: string) => path.resolve(dataDir, "secrets-key")
 
@@ -48,20 +48,20 @@ const loadOrCreateKeyFile = (dataDir: string) =>
 
 export class Secrets extends Effect.Service<Secrets>()("Secrets", {
   effect: Effect.gen(function*() {
-    const settings = yield* Settings
+    const config = yield* AppConfig
     let source: "config" | "file" | "generated" = "config"
     let text: Redacted.Redacted<string>
-    if (Option.isSome(settings.secretsKey)) {
-      text = settings.secretsKey.value
+    if (Option.isSome(config.secretsKey)) {
+      text = config.secretsKey.value
     } else {
-      const loaded = yield* Effect.orDie(loadOrCreateKeyFile(settings.dataDir))
+      const loaded = yield* Effect.orDie(loadOrCreateKeyFile(config.dataDir))
       source = loaded.source
       text = Redacted.make(loaded.text)
     }
     const decoded = decodeSecretsKey(Redacted.value(text))
     if (Either.isLeft(decoded)) {
       return yield* Effect.dieMessage(
-        source === "config" ? decoded.left : `${secretsKeyFile(settings.dataDir)}: ${decoded.left}`
+        source === "config" ? decoded.left : `${secretsKeyFile(config.dataDir)}: ${decoded.left}`
       )
     }
     const key = decoded.right

@@ -11,12 +11,12 @@ import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet,
 import { createHash, randomBytes } from "node:crypto"
 import { fetch as undiciFetch } from "undici"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { conflict, forbidden, invalid, notFound } from "./Domain/Errors.js"
-import { makeId, toIso } from "./Domain/Ids.js"
-import type { CellRef, Principal } from "./Domain/Principal.js"
-import { currentRequest } from "./Domain/RequestContext.js"
+import { conflict, forbidden, invalid, notFound } from "./Kernel/Errors.js"
+import { makeId, toIso } from "./Kernel/Ids.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { currentRequest } from "./Kernel/RequestContext.js"
 import type { IdentityProvider } from "./Domain/Tools.js"
-import { Destinations } from "./Tools/Destinations.js"
+import { Destinations } from "./Outbound/Destinations.js"
 
 /** Contract part 8: an actor request token lives at most 5 minutes. */
 export const ACTOR_TOKEN_SECONDS = 300
@@ -28,7 +28,7 @@ export interface Actor {
   readonly id: string
 }
 
-export class Actors extends Effect.Service<Actors>()("Actors", {
+export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSessions", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const destinations = yield* Destinations

@@ -7,7 +7,7 @@
  */
 import type { HttpApi, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Context } from "effect"
-import { RequiredScopes } from "./Security.js"
+import { RequiredScopes } from "../Kernel/Security.js"
 
 const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
   ["400", "InvalidRequestError", "Invalid request"],

@@ -5,7 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { toIso } from "../Domain/Ids.js"
+import { toIso } from "../Kernel/Ids.js"
 import type { Approval } from "../Domain/Tools.js"
 
 export interface ApprovalRow {

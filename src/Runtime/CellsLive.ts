@@ -10,13 +10,13 @@ import { Agents } from "../Agents.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { RunsRepo } from "../Runs/Repo.js"
-import { Settings } from "../Settings.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { Invoker } from "../Tools/Invoker.js"
-import { OperationsRepo } from "../Tools/Operations.js"
+import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import * as Cell from "./Cell.js"
 import * as RunActor from "./RunActor.js"
 import * as ToolCalls from "./ToolCalls.js"
-import { type CellCommand, type CellId, cellKey, type ReplyOf } from "./CellProtocol.js"
+import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
 
 interface Entry {
   readonly cell: Deferred.Deferred<Cell.Cell>
@@ -25,15 +25,15 @@ interface Entry {
 
 export class Cells extends Effect.Service<Cells>()("Cells", {
   scoped: Effect.gen(function*() {
-    const settings = yield* Settings
+    const config = yield* AppConfig
     const sql = yield* SqlClient.SqlClient
     const parent = yield* Effect.scope
     const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
     const repo = yield* RunsRepo
-    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Settings | OperationsRepo | Invoker>()
+    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | AppConfig | OperationsRepo | Invoker>()
     const options: Cell.CellOptions = {
-      rateLimit: settings.rateLimit,
-      runs: settings.runs,
+      rateLimit: config.rateLimit,
+      runs: config.runs,
       runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
       // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
       completeCancel: (runId) =>
@@ -94,7 +94,7 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
 
     const stopIdle = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
-      const idleMs = settings.cellIdleTimeoutSeconds * 1000
+      const idleMs = config.cellIdleTimeoutSeconds * 1000
       yield* SynchronizedRef.updateEffect(entries, (map) =>
         Effect.gen(function*() {
           const next = new Map(map)
@@ -114,7 +114,7 @@ export class Cells extends Effect.Service<Cells>()("Cells", {
     })
 
     yield* stopIdle.pipe(
-      Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(settings.cellIdleTimeoutSeconds / 4))} seconds`)),
+      Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(config.cellIdleTimeoutSeconds / 4))} seconds`)),
       Effect.forkScoped
     )
 

@@ -4,7 +4,7 @@
  * skips. A cursor of another list, tenant or environment, or a malformed one, is 400 `invalid_cursor`.
  */
 import { Effect, Schema } from "effect"
-import { InvalidRequest } from "../Domain/Errors.js"
+import { InvalidRequest } from "./Errors.js"
 
 export const ListParams = Schema.Struct({
   limit: Schema.optional(

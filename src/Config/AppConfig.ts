@@ -1,6 +1,6 @@
 /**
  * Operator-tunable configuration, read once through Effect `Config` (environment variables by
- * default). Tests replace the whole layer with `Layer.succeed(Settings, ...)`.
+ * default). Tests replace the whole layer with `Layer.succeed(AppConfig, ...)`.
  */
 import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
 
@@ -67,7 +67,7 @@ export const parseQuickstartModel = (
   return Either.right({ provider, model, apiKey: apiKey.value })
 }
 
-export interface SettingsShape {
+export interface AppConfigShape {
   readonly port: number
   readonly host: string
   readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
@@ -91,12 +91,12 @@ export interface SettingsShape {
   readonly purgeDelaySeconds: number
   readonly sweepIntervalSeconds: number
   /** run time budgets (contract part 8; each at most its contract value) and cell run resources */
-  readonly runs: RunSettings
+  readonly runs: RunConfig
   /** customer tools (D10): the invocation token issuer and life, the destination allowlist, timeouts */
-  readonly tools: ToolSettings
+  readonly tools: ToolConfig
 }
 
-export interface ToolSettings {
+export interface ToolConfig {
   /** `iss` of invocation tokens: TOOL_TOKEN_ISSUER, else PUBLIC_BASE_URL, else http://HOST:PORT */
   readonly issuer: Option.Option<string>
   /** `exp - iat` of an invocation token (D10: at most 60 s) */
@@ -111,7 +111,7 @@ export interface ToolSettings {
   readonly reconcileRetrySeconds: number
 }
 
-export interface RunSettings {
+export interface RunConfig {
   readonly startDeadlineSeconds: number
   readonly executionSeconds: number
   readonly authorizationSeconds: number
@@ -133,7 +133,7 @@ const bounded = (name: string, fallback: number, max: number) =>
     Config.validate({ message: `${name} must be an integer from 1 to ${max}`, validation: (n) => n >= 1 && n <= max })
   )
 
-export const defaultRunSettings: RunSettings = {
+export const defaultRunConfig: RunConfig = {
   startDeadlineSeconds: 300,
   executionSeconds: 300,
   authorizationSeconds: 900,
@@ -146,7 +146,7 @@ export const defaultRunSettings: RunSettings = {
   streamAuthCheckSeconds: 5
 }
 
-export const defaultToolSettings: ToolSettings = {
+export const defaultToolConfig: ToolConfig = {
   issuer: Option.none(),
   tokenSeconds: 60,
   destinationAllowlist: "",
@@ -155,7 +155,7 @@ export const defaultToolSettings: ToolSettings = {
   reconcileRetrySeconds: 60
 }
 
-export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>() {
+export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShape>() {
   static readonly config = Config.all({
     port: Config.port("PORT").pipe(Config.withDefault(8080)),
     host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -236,10 +236,10 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     })
   })
 
-  static readonly layer = Layer.effect(Settings, Settings.config)
+  static readonly layer = Layer.effect(AppConfig, AppConfig.config)
 
   /** Defaults for tests and tools: the same values an unconfigured process gets. */
-  static readonly defaults = (overrides: Partial<SettingsShape> = {}): SettingsShape => ({
+  static readonly defaults = (overrides: Partial<AppConfigShape> = {}): AppConfigShape => ({
     port: 0,
     host: "127.0.0.1",
     databaseUrl: Option.none(),
@@ -256,8 +256,8 @@ export class Settings extends Context.Tag("Settings")<Settings, SettingsShape>()
     idempotencyLockSeconds: 60,
     purgeDelaySeconds: 3600,
     sweepIntervalSeconds: 60,
-    runs: defaultRunSettings,
-    tools: defaultToolSettings,
+    runs: defaultRunConfig,
+    tools: defaultToolConfig,
     ...overrides
   })
 }

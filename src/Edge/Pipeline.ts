@@ -19,13 +19,13 @@ import {
   RateLimited,
   toEnvelope,
   Unavailable
-} from "../Domain/Errors.js"
+} from "../Kernel/Errors.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
-import { currentRequest, type RequestState } from "../Domain/RequestContext.js"
-import { Cells } from "../Runtime/Cells.js"
-import { AdmitRequest } from "../Runtime/CellProtocol.js"
-import { Actors } from "../Actors.js"
-import { Auth } from "./Auth.js"
+import { currentRequest, type RequestState } from "../Kernel/RequestContext.js"
+import { Cells } from "../Runtime/CellsLive.js"
+import { AdmitRequest } from "../Cells/Protocol.js"
+import { ActorSessions } from "../ActorSessions.js"
+import { Auth } from "../Platform/Auth.js"
 import * as Idempotency from "./Idempotency.js"
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/
@@ -123,7 +123,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
-    const user = actorToken === undefined ? undefined : yield* (yield* Actors).requireActor(principal, actorToken)
+    const user = actorToken === undefined ? undefined : yield* (yield* ActorSessions).requireActor(principal, actorToken)
     state.actingUser = user
     const scope: Idempotency.Scope = {
       tenantId: principal.tenantId,
@@ -177,7 +177,7 @@ export const pipeline = HttpMiddleware.make((app) =>
     }
     const path = pathOf(request.url)
     const handled = path.startsWith("/v1/") && !isPublicV1(path) ? guarded(app, state) : app
-    type Needs = HttpServerRequest.HttpServerRequest | Auth | Cells | Idempotency.Idempotency | Actors
+    type Needs = HttpServerRequest.HttpServerRequest | Auth | Cells | Idempotency.Idempotency | ActorSessions
     const response = yield* (handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>).pipe(
       Effect.catchIf(isApiError, (e) => Effect.succeed(errorResponse(e, state.requestId))),
       Effect.catchAllCause((cause) => escaped(cause, state)),

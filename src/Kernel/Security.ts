@@ -5,9 +5,9 @@
  */
 import { HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Context, Schema } from "effect"
-import { AuthenticationError, PermissionError } from "../Domain/Errors.js"
-import { CurrentPrincipal } from "../Domain/Principal.js"
-import type { Scope } from "../Domain/Scopes.js"
+import { AuthenticationError, PermissionError } from "./Errors.js"
+import { CurrentPrincipal } from "./Principal.js"
+import type { Scope } from "./Scopes.js"
 
 export class RequiredScopes extends Context.Tag("RequiredScopes")<RequiredScopes, ReadonlyArray<Scope>>() {}
 

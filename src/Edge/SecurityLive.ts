@@ -6,9 +6,9 @@
 import { HttpApiBuilder, HttpApiError, type HttpApiGroup, HttpRouter, type HttpServerResponse } from "@effect/platform"
 import { Context, Effect, FiberRef, Layer } from "effect"
 import { Api } from "../Api.js"
-import { AuthenticationFailed, InvalidRequest, PermissionDenied } from "../Domain/Errors.js"
-import { currentRequest } from "../Domain/RequestContext.js"
-import { RequiredScopes, ServiceKey } from "./Security.js"
+import { AuthenticationFailed, InvalidRequest, PermissionDenied } from "../Kernel/Errors.js"
+import { currentRequest } from "../Kernel/RequestContext.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const scopeTable = () => {
   const table = new Map<string, ReadonlyArray<string>>()
