@@ -2,20 +2,22 @@
  * Actor sessions (D9, contract 5 rules 4-5): a service key cannot impersonate a user. A user's
  * request carries, besides the key, an actor token made from an assertion the tenant's identity
  * provider signed (`sub` = the user's `external_id`); the provider's issuer, audience and keys are
- * environment settings (`PATCH P/settings`). Tokens live at most 5 minutes, are stored as a hash,
+ * environment settings (src/EnvironmentSettings.ts). Tokens live at most 5 minutes, are stored as a hash,
  * are bound to the key that made them, and die with the user, the key or the environment.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, FiberRef } from "effect"
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, type JWTVerifyGetKey, jwtVerify } from "jose"
 import { createHash, randomBytes } from "node:crypto"
 import { fetch as undiciFetch } from "undici"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { conflict, forbidden, invalid, notFound } from "./Kernel/Errors.js"
+import { conflict, forbidden, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
-import type { CellRef, Principal } from "./Kernel/Principal.js"
+import type { Principal } from "./Kernel/Principal.js"
 import { currentRequest } from "./Kernel/RequestContext.js"
-import type { IdentityProvider } from "./Domain/Tools.js"
+import { ActorSessionsRepo } from "./ActorSessions/Repo.js"
+import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
+import { EnvironmentSettings } from "./EnvironmentSettings.js"
+import { PlatformRepo } from "./Platform/Repo.js"
 import { Destinations } from "./Outbound/Destinations.js"
 
 /** Contract part 8: an actor request token lives at most 5 minutes. */
@@ -30,59 +32,12 @@ export interface Actor {
 
 export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSessions", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* ActorSessionsRepo
+    const platform = yield* PlatformRepo
+    const settings = yield* EnvironmentSettings
     const destinations = yield* Destinations
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const remoteSets = new Map<string, JWTVerifyGetKey>()
-
-    const settingsRow = (cell: CellRef) =>
-      Effect.map(
-        sql<{ identity_provider: IdentityProvider | null; updated_at: Date }>`
-          SELECT identity_provider, updated_at FROM environment_settings
-          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`,
-        (rows) => rows[0]
-      )
-
-    const getSettings = (cell: CellRef) =>
-      Effect.map(settingsRow(cell), (row) => ({
-        object: "settings" as const,
-        identity_provider: row?.identity_provider ?? null,
-        updated_at: row === undefined ? null : toIso(row.updated_at)
-      }))
-
-    const checkProvider = (idp: IdentityProvider) =>
-      Effect.gen(function*() {
-        if ((idp.jwks === undefined) === (idp.jwks_url === undefined)) {
-          return yield* invalid("parameter_invalid", "identity_provider: give exactly one of jwks and jwks_url", "identity_provider")
-        }
-        if (idp.jwks_url !== undefined) yield* destinations.checkRegistration(idp.jwks_url, "identity_provider.jwks_url")
-        if (idp.jwks !== undefined) {
-          const ok = yield* Effect.sync(() => {
-            try {
-              createLocalJWKSet(idp.jwks as JSONWebKeySet)
-              return idp.jwks!.keys.length > 0
-            } catch {
-              return false
-            }
-          })
-          if (!ok) return yield* invalid("parameter_invalid", "identity_provider.jwks: not a usable JSON Web Key Set", "identity_provider.jwks")
-        }
-      })
-
-    const updateSettings = (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) =>
-      Effect.gen(function*() {
-        if (body.identity_provider) yield* checkProvider(body.identity_provider)
-        const at = yield* now
-        if (body.identity_provider !== undefined) {
-          const value = body.identity_provider === null ? null : JSON.stringify(body.identity_provider)
-          yield* sql`
-            INSERT INTO environment_settings (tenant_id, environment, identity_provider, updated_at)
-            VALUES (${cell.tenantId}, ${cell.environment}, ${value}::jsonb, ${at})
-            ON CONFLICT (tenant_id, environment) DO UPDATE SET identity_provider = EXCLUDED.identity_provider,
-                                                               updated_at = EXCLUDED.updated_at`
-        }
-        return yield* getSettings(cell)
-      })
 
     const keySetOf = (idp: IdentityProvider): JWTVerifyGetKey => {
       if (idp.jwks !== undefined) return createLocalJWKSet(idp.jwks as JSONWebKeySet)
@@ -99,14 +54,11 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
     /** `POST P/actor-sessions`: a 5-minute actor token for the user the assertion names. */
     const createSession = (p: Principal, body: { user_id: string; assertion: string }) =>
       Effect.gen(function*() {
-        const settings = yield* settingsRow(p)
-        const idp = settings?.identity_provider
+        const idp = yield* settings.identityProvider(p)
         if (!idp) {
           return yield* conflict("identity_provider_not_configured", "This environment has no identity provider; set one with PATCH settings")
         }
-        const [user] = yield* sql<{ id: string; external_id: string | null; status: string }>`
-          SELECT id, external_id, status FROM users
-          WHERE id = ${body.user_id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`
+        const user = yield* platform.user(p.tenantId, p.environment, body.user_id)
         if (!user || user.status !== "active") return yield* notFound("user", "user_id")
         const at = yield* now
         const verified = yield* Effect.tryPromise({
@@ -126,9 +78,7 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
         const expires = new Date(Math.min(at.getTime() + ACTOR_TOKEN_SECONDS * 1000, verified.payload.exp! * 1000))
         const token = `act_${randomBytes(32).toString("base64url")}`
         const id = yield* makeId("as")
-        yield* sql`
-          INSERT INTO actor_sessions (id, tenant_id, environment, user_id, key_id, token_hash, expires_at, created_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${user.id}, ${p.keyId}, ${hashToken(token)}, ${expires}, ${at})`
+        yield* repo.insert({ id, cell: p, userId: user.id, keyId: p.keyId, tokenHash: hashToken(token), expiresAt: expires, at })
         return { id, object: "actor_session" as const, user_id: user.id, token, expires_at: toIso(expires) }
       })
 
@@ -146,23 +96,15 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
         const resolved = (yield* FiberRef.get(currentRequest)).actingUser
         if (resolved !== undefined) return resolved satisfies Actor
         const at = yield* now
-        const [row] = yield* sql<{ user_id: string }>`
-          SELECT s.user_id FROM actor_sessions s
-          JOIN users u ON u.id = s.user_id AND u.status = 'active'
-          JOIN api_keys k ON k.id = s.key_id AND k.revoked_at IS NULL
-          WHERE s.token_hash = ${hashToken(token)} AND s.tenant_id = ${p.tenantId} AND s.environment = ${p.environment}
-            AND s.expires_at > ${at}`
+        const row = yield* repo.userOfToken(p, hashToken(token), at)
         if (!row) return yield* forbidden("actor_token_invalid", "The actor token is unknown, expired, or its user or key is no longer active")
         return { type: "user", id: row.user_id } satisfies Actor
       })
 
     return {
-      getSettings: (cell: CellRef) => dieOnSqlError(getSettings(cell)),
-      updateSettings: (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) =>
-        dieOnSqlError(updateSettings(cell, body)),
       createSession: (p: Principal, body: { user_id: string; assertion: string }) => dieOnSqlError(createSession(p, body)),
       requireActor: (p: Principal, token: string | undefined) => dieOnSqlError(requireActor(p, token))
     } as const
   }),
-  dependencies: [Destinations.Default]
+  dependencies: [ActorSessionsRepo.Default, PlatformRepo.Default, EnvironmentSettings.Default, Destinations.Default]
 }) {}

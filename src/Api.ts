@@ -17,9 +17,13 @@ import {
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
 import { describeOperations } from "./Edge/OpenApiDoc.js"
-import { ConversationsApi, EventsApi, RunsApi, UsageApi } from "./Runs/Api.js"
+import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
+import { UsageApi } from "./Usage/Api.js"
 import { SystemApi } from "./System/Api.js"
-import { ActorSessionsApi, ApprovalsApi, ConnectionsApi, KeySetApi, SettingsApi } from "./Tools/Api.js"
+import { ConnectionsApi, KeySetApi } from "./Tools/Api.js"
+import { ActorSessionsApi } from "./ActorSessions/Api.js"
+import { ApprovalsApi } from "./Approvals/Api.js"
+import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
 
 const base = HttpApi.make("agent-platform")
   .add(TenantsApi)
@@ -39,7 +43,7 @@ const base = HttpApi.make("agent-platform")
   .add(KeySetApi)
   .add(ApprovalsApi)
   .add(ActorSessionsApi)
-  .add(SettingsApi)
+  .add(EnvironmentSettingsApi)
   .add(SystemApi)
   .add(OperatorApi)
 

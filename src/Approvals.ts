@@ -16,24 +16,24 @@ import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { type Commit, RunsRepo } from "./Runs/Repo.js"
 import { StartRun } from "./Cells/Protocol.js"
-import { Cells } from "./Runtime/CellsLive.js"
-import { OperationsRepo, toApproval } from "./Tools/OperationsRepo.js"
+import { Cells } from "./Cells/Cells.js"
+import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   effect: Effect.gen(function*() {
-    const operations = yield* OperationsRepo
+    const repo = yield* ApprovalsRepo
     const runs = yield* RunsRepo
     const actors = yield* ActorSessions
     const cells = yield* Cells
 
     const approvalRow = (p: Principal, id: string) =>
-      Effect.flatMap(operations.approval(p.tenantId, p.environment, id), (row) =>
+      Effect.flatMap(repo.approval(p.tenantId, p.environment, id), (row) =>
         row ? Effect.succeed(row) : Effect.fail(notFound("approval", "approval_id")))
 
     const list = (p: Principal, params: Cursor.ListParams & { status?: string | undefined; run_id?: string | undefined }) =>
       Cursor.listPage(
         `approvals:${params.status ?? ""}:${params.run_id ?? ""}`,
-        (t, e, after, limit) => operations.listApprovals(t, e, after, limit, params),
+        (t, e, after, limit) => repo.listApprovals(t, e, after, limit, params),
         toApproval
       )(p, params)
 
@@ -73,7 +73,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
           ...(run._tag === "Some" && run.value.execution_deadline_at !== null
             ? { executionDeadlineAt: new Date(at.getTime() + Math.max(0, run.value.execution_deadline_at.getTime() - approval.created_at.getTime())) }
             : {}),
-          also: operations.decideApproval(approval.id, status, at, actor, reason, ref ?? null)
+          also: repo.decideApproval(approval.id, status, at, actor, reason, ref ?? null)
         }]
         if (status === "denied") {
           const error = { type: "denied", message: "A person denied this write", ...(reason === null ? {} : { reason }) }
@@ -99,5 +99,5 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         dieOnSqlError(decide(p, id, token, body))
     } as const
   }),
-  dependencies: [OperationsRepo.Default, RunsRepo.Default, ActorSessions.Default]
+  dependencies: [ApprovalsRepo.Default, RunsRepo.Default, ActorSessions.Default]
 }) {}

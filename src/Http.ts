@@ -20,8 +20,10 @@ import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { Runs } from "./Runs.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { RunsRepo } from "./Runs/Repo.js"
-import { ConversationsLive, EventsLive, RunsLive, UsageLive } from "./Runs/Http.js"
-import { Cells } from "./Runtime/CellsLive.js"
+import { ConversationsLive, EventsLive, RunsLive } from "./Runs/Http.js"
+import { UsageLive } from "./Usage/Http.js"
+import { UsageReports } from "./Usage.js"
+import { CellsLive } from "./Runtime/CellsLive.js"
 import { ReconcilerLive } from "./Runtime/Reconciler.js"
 import { RecoveryLive } from "./Runtime/Recovery.js"
 import { Secrets } from "./Crypto/Secrets.js"
@@ -29,7 +31,12 @@ import { SystemLive } from "./System/Http.js"
 import { ActorSessions } from "./ActorSessions.js"
 import { Approvals } from "./Approvals.js"
 import { Tools } from "./Tools.js"
-import { ActorSessionsLive, ApprovalsLive, ConnectionsLive, KeySetLive, SettingsLive } from "./Tools/Http.js"
+import { ConnectionsLive, KeySetLive } from "./Tools/Http.js"
+import { ActorSessionsLive } from "./ActorSessions/Http.js"
+import { ApprovalsLive } from "./Approvals/Http.js"
+import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
+import { EnvironmentSettings } from "./EnvironmentSettings.js"
+import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { SigningKeys } from "./Tools/Signing.js"
 import { Invoker } from "./Tools/Invoker.js"
 import { OperationsRepo } from "./Tools/OperationsRepo.js"
@@ -52,7 +59,7 @@ const GroupsLive = Layer.mergeAll(
   KeySetLive,
   ApprovalsLive,
   ActorSessionsLive,
-  SettingsLive,
+  EnvironmentSettingsLive,
   SystemLive,
   OperatorLive
 )
@@ -71,6 +78,7 @@ export const ServicesLive = Layer.mergeAll(
   Auth.Default,
   Idempotency.Default,
   Runs.Default,
+  UsageReports.Default,
   RunsRepo.Default,
   EventBus.Default,
   Deletions.Default,
@@ -80,8 +88,10 @@ export const ServicesLive = Layer.mergeAll(
   Approvals.Default,
   SigningKeys.Default,
   OperationsRepo.Default,
+  ApprovalsRepo.Default,
+  EnvironmentSettings.Default,
   Invoker.Default
-).pipe(Layer.provideMerge(Cells.Default))
+).pipe(Layer.provideMerge(CellsLive))
 
 /** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the

@@ -4,11 +4,13 @@
  * retention and purge windows with TestClock.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { createHash } from "node:crypto"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
+import { setResponseHeader } from "./Kernel/RequestContext.js"
+import type { DeletionJob } from "./Domain/Platform.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { withinCeiling } from "./Kernel/Policy.js"
@@ -18,6 +20,13 @@ import { AppConfig } from "./Config/AppConfig.js"
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
 export const tombstoneKey = (value: string) => createHash("sha256").update(value).digest("hex")
+
+/** 202 responses carry `Location`: the deletion job to poll. */
+const withLocation = (p: CellRef) => (job: DeletionJob) =>
+  Effect.as(
+    setResponseHeader("location", `/v1/tenants/${p.tenantId}/environments/${p.environment}/deletion-jobs/${job.id}`),
+    job
+  )
 
 const tombstoned = new Gone({
   code: "tombstoned",
@@ -239,14 +248,24 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       })
 
 
+    /**
+     * The workspace a key may act in: the quickstart (first) key only in its quickstart workspace
+     * (contract part 1); other keys in any workspace of their environment.
+     */
+    const allowedWorkspace = (p: Principal) =>
+      p.kind !== "quickstart"
+        ? Effect.succeedNone
+        : Effect.map(repo.quickstartWorkspace(p.tenantId, p.environment), (w) => Option.some(w ?? ""))
+
     return {
+      allowedWorkspace: (p: Principal) => dieOnSqlError(allowedWorkspace(p)),
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),
-      deleteTenant: (p: Principal) => dieOnSqlError(deleteTenant(p)),
+      deleteTenant: (p: Principal) => dieOnSqlError(Effect.flatMap(deleteTenant(p), withLocation(p))),
       listEnvironments: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listEnvironments(p, params)),
       getEnvironment: (p: Principal) => dieOnSqlError(getEnvironment(p)),
-      deleteEnvironment: (p: Principal) => dieOnSqlError(deleteEnvironment(p)),
+      deleteEnvironment: (p: Principal) => dieOnSqlError(Effect.flatMap(deleteEnvironment(p), withLocation(p))),
       getDeletionJob: (p: Principal, id: string) => dieOnSqlError(getDeletionJob(p, id)),
       listApiKeys: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listApiKeys(p, params)),
       getApiKey: (p: Principal, id: string) => dieOnSqlError(getApiKey(p, id)),
@@ -255,7 +274,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       getUser: (p: Principal, id: string) => dieOnSqlError(getUser(p, id)),
       createUser: (p: Principal, body: Parameters<typeof createUser>[1]) => dieOnSqlError(createUser(p, body)),
       updateUser: (p: Principal, id: string, body: Parameters<typeof updateUser>[2]) => dieOnSqlError(updateUser(p, id, body)),
-      deleteUser: (p: Principal, id: string) => dieOnSqlError(deleteUser(p, id)),
+      deleteUser: (p: Principal, id: string) => dieOnSqlError(Effect.flatMap(deleteUser(p, id), withLocation(p))),
       listServiceActors: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listServiceActors(p, params)),
       getServiceActor: (p: Principal, id: string) => dieOnSqlError(getServiceActor(p, id)),
       createServiceActor: (p: CellRef, name: string) => dieOnSqlError(createServiceActor(p, name))

@@ -6,20 +6,22 @@
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Option, Queue } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Stream } from "effect"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { idempotencyOf, setResponseHeader } from "./Kernel/RequestContext.js"
-import type { CreateRun, Run, RunEvent, Usage, UsageGroupBy, UsageTotals } from "./Domain/Runs.js"
+import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { EventBus } from "./Runs/EventBus.js"
 import * as Repo from "./Runs/Repo.js"
-import { Cells } from "./Runtime/CellsLive.js"
+import { eventStream } from "./Runs/Stream.js"
+import { Cells } from "./Cells/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { ActorSessions } from "./ActorSessions.js"
+import { Platform } from "./Platform.js"
 
 const runNotFound = notFound("run", "run_id")
 const invalidCursor = (param: string) =>
@@ -36,6 +38,13 @@ export const preferredWait = (prefer: string | undefined): number | undefined =>
   return n >= 1 ? Math.min(n, 10) : undefined
 }
 
+/** What a stream request says: its `Accept`, and where to resume (`Last-Event-ID` wins over `cursor`). */
+export interface StreamRequest {
+  readonly accept: string | undefined
+  readonly lastEventId: string | undefined
+  readonly cursor: string | undefined
+}
+
 export class Runs extends Effect.Service<Runs>()("Runs", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -44,24 +53,12 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const cells = yield* Cells
     const config = yield* AppConfig
     const actors = yield* ActorSessions
+    const platform = yield* Platform
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
 
-    /**
-     * The workspace a key may act in: the quickstart (first) key only in its quickstart workspace
-     * (contract part 1); other keys in any workspace of their environment.
-     */
-    const allowedWorkspace = (p: Principal) =>
-      p.kind !== "quickstart"
-        ? Effect.succeed(Option.none<string>())
-        : Effect.map(
-          sql<{ workspace_id: string }>`SELECT workspace_id FROM quickstarts
-            WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment}`,
-          (rows) => Option.some(rows[0]?.workspace_id ?? "")
-        )
-
     const visible = (p: Principal, workspaceId: string) =>
-      Effect.map(allowedWorkspace(p), Option.match({ onNone: () => true, onSome: (w) => w === workspaceId }))
+      Effect.map(platform.allowedWorkspace(p), Option.match({ onNone: () => true, onSome: (w) => w === workspaceId }))
 
     const runRow = (p: Principal, runId: string) =>
       Effect.gen(function*() {
@@ -260,8 +257,18 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       })
 
     /** Opens an SSE stream slot or fails with 429 `stream_limit_reached` (contract part 8). */
-    const openStream = (p: Principal, runId: string, lastEventId: string | undefined, cursor: string | undefined) =>
+    const streamContext = yield* Effect.context<Repo.RunsRepo | EventBus | Cells | AppConfig>()
+
+    /**
+     * The run's events as an SSE body (D8), after `Last-Event-ID` or `cursor`; takes one of the
+     * cell's stream slots or fails with 429 `stream_limit_reached` (contract part 8).
+     */
+    const streamEvents = (p: Principal, runId: string, request: StreamRequest) =>
       Effect.gen(function*() {
+        if (request.accept !== undefined && !/text\/event-stream|\*\/\*/i.test(request.accept)) {
+          return yield* invalid("accept_event_stream_required", "Send `Accept: text/event-stream` to stream events", "accept")
+        }
+        const { cursor, lastEventId } = request
         yield* runRow(p, runId)
         const after = lastEventId !== undefined && lastEventId !== ""
           ? yield* afterSequence(runId, lastEventId, "Last-Event-ID")
@@ -274,42 +281,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           yield* setResponseHeader("retry-after", "1")
           return yield* new RateLimited({ code: "stream_limit_reached", message: `Too many open event streams: at most ${limit}` })
         }
-        return after
-      })
-
-    // ---- usage (D16) -----------------------------------------------------------------------------
-    const getUsage = (p: Principal, params: { from?: string | undefined; to?: string | undefined; group_by?: UsageGroupBy | undefined }) =>
-      Effect.gen(function*() {
-        const parse = (value: string | undefined, param: string, fallback: Date) => {
-          if (value === undefined) return Effect.succeed(fallback)
-          const d = new Date(value)
-          return /^\d{4}-\d{2}-\d{2}T/.test(value) && !Number.isNaN(d.getTime())
-            ? Effect.succeed(d)
-            : Effect.fail(invalid("parameter_invalid", `${param} must be an RFC 3339 time`, param))
-        }
-        const to = yield* parse(params.to, "to", yield* now)
-        const from = yield* parse(params.from, "from", new Date(to.getTime() - 24 * 3600 * 1000))
-        if (from.getTime() > to.getTime()) return yield* invalid("parameter_invalid", "from must not be after to", "from")
-        const groupBy = params.group_by ?? "agent_revision"
-        const workspace = yield* allowedWorkspace(p)
-        const rows = yield* repo.usage(p.tenantId, p.environment, from, to, groupBy, Option.getOrUndefined(workspace))
-        const zero: UsageTotals = { runs: 0, model_calls: 0, input_tokens: 0, output_tokens: 0, tool_calls: 0, run_seconds: 0 }
-        const totals = rows.reduce<UsageTotals>((t, b) => ({
-          runs: t.runs + b.totals.runs,
-          model_calls: t.model_calls + b.totals.model_calls,
-          input_tokens: t.input_tokens + b.totals.input_tokens,
-          output_tokens: t.output_tokens + b.totals.output_tokens,
-          tool_calls: t.tool_calls + b.totals.tool_calls,
-          run_seconds: t.run_seconds + b.totals.run_seconds
-        }), zero)
-        return {
-          object: "usage",
-          from: toIso(from),
-          to: toIso(to),
-          group_by: groupBy,
-          totals,
-          buckets: rows
-        } satisfies Usage
+        return eventStream(p, runId, after).pipe(Stream.provideContext(streamContext))
       })
 
     return {
@@ -322,13 +294,10 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       cancelRun: (p: Principal, runId: string) => dieOnSqlError(cancelRun(p, runId)),
       listEvents: (p: Principal, runId: string, params: { limit?: string | undefined; cursor?: string | undefined }) =>
         dieOnSqlError(listEvents(p, runId, params)),
-      openStream: (p: Principal, runId: string, lastEventId: string | undefined, cursor: string | undefined) =>
-        dieOnSqlError(openStream(p, runId, lastEventId, cursor)),
-      getUsage: (p: Principal, params: { from?: string | undefined; to?: string | undefined; group_by?: UsageGroupBy | undefined }) =>
-        dieOnSqlError(getUsage(p, params))
+      streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default]
+  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default, Platform.Default]
 }) {}
 
 export type { RunEvent }

@@ -1,5 +1,5 @@
 /** Workspaces, model profiles, agents and agent revisions (D12). */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import {
   Agent,
   AgentRevision,
@@ -11,17 +11,14 @@ import {
   Workspace
 } from "../Domain/Agents.js"
 import { List, Single } from "../Kernel/Envelope.js"
-import { EnvironmentName, PathId } from "../Kernel/Ids.js"
-import { IdempotencyHeaders } from "../Platform/Api.js"
+import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { ListParams } from "../Kernel/Cursor.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
-const tenantId = HttpApiSchema.param("tenant_id", PathId)
-const environment = HttpApiSchema.param("environment", EnvironmentName)
-const workspaceId = HttpApiSchema.param("workspace_id", PathId)
-const modelProfileId = HttpApiSchema.param("model_profile_id", PathId)
-const agentId = HttpApiSchema.param("agent_id", PathId)
-const revisionId = HttpApiSchema.param("revision_id", PathId)
+const workspaceId = idParam("workspace_id")
+const modelProfileId = idParam("model_profile_id")
+const agentId = idParam("agent_id")
+const revisionId = idParam("revision_id")
 
 export class WorkspacesApi extends HttpApiGroup.make("workspaces")
   .add(

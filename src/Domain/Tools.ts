@@ -1,6 +1,6 @@
 /**
- * Customer tool connections, tools, approvals, actor sessions and environment settings
- * (contract 2.3, 3.2, 4.1; D9, D10, D12). Fields the contract does not show are ours.
+ * Customer tool connections and tools (contract 2.3, 3.2, 4.1; D10, D12). Fields the contract
+ * does not show are ours.
  */
 import { Schema } from "effect"
 import { Timestamp } from "../Kernel/Ids.js"
@@ -87,81 +87,3 @@ export const ReviewConnection = Schema.Struct({
   decision: Schema.Literal("approve", "reject"),
   note: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
 }).annotations({ identifier: "ReviewConnection" })
-
-// ---- approvals (D9) ------------------------------------------------------------------------
-
-export const ApprovalStatus = Schema.Literal("pending", "approved", "denied", "expired")
-
-const ActorRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
-
-export const Approval = Schema.Struct({
-  id: Schema.String,
-  object: Schema.Literal("approval"),
-  run_id: Schema.String,
-  tool_call_id: Schema.String,
-  status: ApprovalStatus,
-  operation: Schema.Struct({
-    tool_id: Schema.String,
-    connection_id: Schema.String,
-    name: Schema.String,
-    effect: Schema.Literal("write")
-  }),
-  input: Schema.Unknown.annotations({ description: "The exact input the write will be called with" }),
-  destination_url: Schema.String,
-  agent_revision_id: Schema.String,
-  reason: Schema.NullOr(Schema.String),
-  decided_by: Schema.NullOr(ActorRef),
-  created_at: Timestamp,
-  expires_at: Timestamp,
-  decided_at: Schema.NullOr(Timestamp)
-}).annotations({ identifier: "Approval" })
-export type Approval = typeof Approval.Type
-
-export const ApprovalListParams = Schema.Struct({
-  status: Schema.optional(ApprovalStatus),
-  run_id: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)))
-})
-
-export const ApprovalDecision = Schema.Struct({
-  decision: Schema.Literal("approve", "deny"),
-  reason: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
-}).annotations({ identifier: "ApprovalDecision" })
-
-// ---- actor sessions and settings (D9, D16) --------------------------------------------------
-
-export const CreateActorSession = Schema.Struct({
-  user_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
-  assertion: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(16_384)).annotations({
-    description: "A JWT signed by the environment's identity provider; `sub` is the user's external_id"
-  })
-}).annotations({ identifier: "CreateActorSession" })
-
-export const ActorSession = Schema.Struct({
-  id: Schema.String,
-  object: Schema.Literal("actor_session"),
-  user_id: Schema.String,
-  token: Schema.NullOr(Schema.String).annotations({ description: "Shown once; send it as X-Actor-Token" }),
-  expires_at: Timestamp
-}).annotations({ identifier: "ActorSession" })
-
-const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })
-
-export const IdentityProvider = Schema.Struct({
-  issuer: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
-  audience: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
-  jwks: Schema.optional(Jwks).annotations({ description: "The provider's public keys, inline" }),
-  jwks_url: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))).annotations({
-    description: "Or where to fetch them (HTTPS; the destination checks of connections apply)"
-  })
-}).annotations({ identifier: "IdentityProvider" })
-export type IdentityProvider = typeof IdentityProvider.Type
-
-export const EnvironmentSettings = Schema.Struct({
-  object: Schema.Literal("settings"),
-  identity_provider: Schema.NullOr(IdentityProvider),
-  updated_at: Schema.NullOr(Timestamp)
-}).annotations({ identifier: "EnvironmentSettings" })
-
-export const UpdateSettings = Schema.Struct({
-  identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
-}).annotations({ identifier: "UpdateSettings" })

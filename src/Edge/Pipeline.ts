@@ -22,7 +22,7 @@ import {
 } from "../Kernel/Errors.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
 import { currentRequest, type RequestState } from "../Kernel/RequestContext.js"
-import { Cells } from "../Runtime/CellsLive.js"
+import { Cells } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
 import { ActorSessions } from "../ActorSessions.js"
 import { Auth } from "../Platform/Auth.js"

@@ -35,3 +35,25 @@ export const withinCeiling = (
         message: "That key holds scopes this key does not have; it cannot be managed with this key"
       })
     )
+
+/** The request of an operation under `/v1/tenants/{tenant_id}/environments/{environment}`. */
+export interface CellRequest {
+  readonly path: { readonly tenant_id: string; readonly environment: EnvironmentName }
+}
+
+/**
+ * A handler of an operation of the caller's cell: runs with the principal once the path's tenant
+ * and environment are the caller's own (anything else is 404, as a missing resource).
+ */
+export const inCell = <Req extends CellRequest, A, E, R>(
+  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
+) =>
+(request: Req): Effect.Effect<A, E | NotFound, R | CurrentPrincipal> =>
+  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => handler(p, request))
+
+/** A handler of an operation of the caller's tenant (`/v1/tenants/{tenant_id}`): 404 for another tenant. */
+export const inTenant = <Req extends { readonly path: { readonly tenant_id: string } }, A, E, R>(
+  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
+) =>
+(request: Req): Effect.Effect<A, E | NotFound, R | CurrentPrincipal> =>
+  Effect.flatMap(ownTenant(request.path.tenant_id), (p) => handler(p, request))

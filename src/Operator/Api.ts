@@ -1,8 +1,8 @@
 /** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
 import { CellStats } from "../Cells/Protocol.js"
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { AuthenticationError } from "../Kernel/Errors.js"
-import { EnvironmentName, PathId } from "../Kernel/Ids.js"
+import { environment, idParam, tenantId } from "../Kernel/Params.js"
 import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
@@ -17,9 +17,7 @@ export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("Operato
   }
 }) {}
 
-const id = HttpApiSchema.param("id", PathId)
-const tenantId = HttpApiSchema.param("tenant_id", PathId)
-const environment = HttpApiSchema.param("environment", EnvironmentName)
+const id = idParam("id")
 
 export class OperatorApi extends HttpApiGroup.make("operator")
   .add(

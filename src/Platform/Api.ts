@@ -1,8 +1,7 @@
 /** The platform plane of /v1 (contract part 4): tenants, environments, keys, users, service actors, deletion jobs. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Accepted, List, Single } from "../Kernel/Envelope.js"
-import { EnvironmentName, PathId } from "../Kernel/Ids.js"
+import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import {
   ApiKey,
   CreateServiceActor,
@@ -18,18 +17,10 @@ import {
 import { ListParams } from "../Kernel/Cursor.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
-const tenantId = HttpApiSchema.param("tenant_id", PathId)
-const environment = HttpApiSchema.param("environment", EnvironmentName)
-const keyId = HttpApiSchema.param("key_id", PathId)
-const userId = HttpApiSchema.param("user_id", PathId)
-const serviceActorId = HttpApiSchema.param("service_actor_id", PathId)
-const jobId = HttpApiSchema.param("deletion_job_id", PathId)
-
-export const IdempotencyHeaders = Schema.Struct({
-  "idempotency-key": Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
-    description: "1 to 255 characters of 0x21-0x7E; scoped by actor, method, path, tenant and environment; replayed for 7 days"
-  })
-})
+const keyId = idParam("key_id")
+const userId = idParam("user_id")
+const serviceActorId = idParam("service_actor_id")
+const jobId = idParam("deletion_job_id")
 
 export class TenantsApi extends HttpApiGroup.make("tenants")
   .add(

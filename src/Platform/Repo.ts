@@ -160,6 +160,10 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       serviceActor: (tenantId: string, env: string, id: string) =>
         sql<ServiceActorRow>`SELECT * FROM service_actors
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0])),
+      /** The quickstart workspace of an environment (where its first key may act), if it has one. */
+      quickstartWorkspace: (tenantId: string, env: string) =>
+        sql<{ workspace_id: string }>`SELECT workspace_id FROM quickstarts
+          WHERE tenant_id = ${tenantId} AND environment = ${env}`.pipe(Effect.map((r) => r[0]?.workspace_id)),
       deletionJob: (tenantId: string, env: string, id: string) =>
         sql<DeletionJobRow>`SELECT * FROM deletion_jobs
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0]))

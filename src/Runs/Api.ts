@@ -1,25 +1,20 @@
-/** Conversations, runs, run events and usage (contract part 4 rows; D7, D8, D16). */
+/** Conversations, runs and run events (contract part 4 rows; D7, D8). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Accepted, List, Single } from "../Kernel/Envelope.js"
-import { EnvironmentName, PathId } from "../Kernel/Ids.js"
 import {
   Conversation,
   CreateConversation,
   CreateRun,
   EventListParams,
   Run,
-  RunEvent,
-  Usage,
-  UsageParams
+  RunEvent
 } from "../Domain/Runs.js"
-import { IdempotencyHeaders } from "../Platform/Api.js"
+import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
-const tenantId = HttpApiSchema.param("tenant_id", PathId)
-const environment = HttpApiSchema.param("environment", EnvironmentName)
-const conversationId = HttpApiSchema.param("conversation_id", PathId)
-const runId = HttpApiSchema.param("run_id", PathId)
+const conversationId = idParam("conversation_id")
+const runId = idParam("run_id")
 
 /** The 200 of `Prefer: wait` (a terminal run); distinct in code from the 202's plain run. */
 export const TerminalRun = Schema.TaggedStruct("TerminalRun", { run: Schema.typeSchema(Run) })
@@ -112,18 +107,6 @@ export class EventsApi extends HttpApiGroup.make("events")
         "and within 15 s of the key's revocation. At most 128 open streams per environment and 16 per key " +
         "(429 `stream_limit_reached`).")
       .annotate(RequiredScopes, ["runs:read"])
-  )
-  .middleware(ServiceKey)
-{}
-
-export class UsageApi extends HttpApiGroup.make("usage")
-  .add(
-    HttpApiEndpoint.get("getUsage")`/v1/tenants/${tenantId}/environments/${environment}/usage`
-      .setUrlParams(UsageParams)
-      .addSuccess(Single(Usage))
-      .annotate(OpenApi.Description, "Runs, model calls, tokens, tool calls and run seconds in [from, to), computed from " +
-        "usage records; buckets by day, agent_revision (default) or model_profile.")
-      .annotate(RequiredScopes, ["usage:read"])
   )
   .middleware(ServiceKey)
 {}

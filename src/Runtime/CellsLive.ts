@@ -5,13 +5,15 @@
  * never touches another.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Deferred, Either, ExecutionStrategy, Effect, Exit, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Cells, type CellsShape } from "../Cells/Cells.js"
 import { Agents } from "../Agents.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { RunsRepo } from "../Runs/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Invoker } from "../Tools/Invoker.js"
+import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import * as Cell from "./Cell.js"
 import * as RunActor from "./RunActor.js"
@@ -23,113 +25,115 @@ interface Entry {
   readonly scope: Scope.CloseableScope
 }
 
-export class Cells extends Effect.Service<Cells>()("Cells", {
-  scoped: Effect.gen(function*() {
-    const config = yield* AppConfig
-    const sql = yield* SqlClient.SqlClient
-    const parent = yield* Effect.scope
-    const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
-    const repo = yield* RunsRepo
-    const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | AppConfig | OperationsRepo | Invoker>()
-    const options: Cell.CellOptions = {
-      rateLimit: config.rateLimit,
-      runs: config.runs,
-      runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
-      // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
-      completeCancel: (runId) =>
-        ToolCalls.endUnfinished(
-          (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight),
-          runId,
-          Trigger.CompleteCancel(),
-          "cancelled while the write's outcome was unknown"
-        ).pipe(Effect.provide(actorContext), Effect.orDie)
-    }
+const make = Effect.gen(function*() {
+  const config = yield* AppConfig
+  const sql = yield* SqlClient.SqlClient
+  const parent = yield* Effect.scope
+  const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
+  const repo = yield* RunsRepo
+  const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
+  const options: Cell.CellOptions = {
+    rateLimit: config.rateLimit,
+    runs: config.runs,
+    runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
+    // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
+    completeCancel: (runId) =>
+      ToolCalls.endUnfinished(
+        (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight),
+        runId,
+        Trigger.CompleteCancel(),
+        "cancelled while the write's outcome was unknown"
+      ).pipe(Effect.provide(actorContext), Effect.orDie)
+  }
 
-    const start = (id: CellId) =>
-      SynchronizedRef.modifyEffect(entries, (map) => {
-        const existing = map.get(cellKey(id))
-        if (existing) return Effect.succeed([existing, map] as const)
-        return Effect.gen(function*() {
-          const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
-          const cell = yield* Deferred.make<Cell.Cell>()
-          const entry: Entry = { cell, scope }
-          // Build outside the lock; waiters join the Deferred.
-          yield* Cell.make(id, options).pipe(
-            Effect.provideService(SqlClient.SqlClient, sql),
-            Scope.extend(scope),
-            Effect.exit,
-            Effect.flatMap((exit) =>
-              Effect.zipRight(
-                Deferred.done(cell, exit),
-                // A cell that failed to start is forgotten, so the next command tries again.
-                Exit.isFailure(exit) ? forget(id, entry) : Effect.void
-              )
-            ),
-            Effect.forkIn(scope)
-          )
-          return [entry, new Map(map).set(cellKey(id), entry)] as const
-        })
+  const start = (id: CellId) =>
+    SynchronizedRef.modifyEffect(entries, (map) => {
+      const existing = map.get(cellKey(id))
+      if (existing) return Effect.succeed([existing, map] as const)
+      return Effect.gen(function*() {
+        const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
+        const cell = yield* Deferred.make<Cell.Cell>()
+        const entry: Entry = { cell, scope }
+        // Build outside the lock; waiters join the Deferred.
+        yield* Cell.make(id, options).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Scope.extend(scope),
+          Effect.exit,
+          Effect.flatMap((exit) =>
+            Effect.zipRight(
+              Deferred.done(cell, exit),
+              // A cell that failed to start is forgotten, so the next command tries again.
+              Exit.isFailure(exit) ? forget(id, entry) : Effect.void
+            )
+          ),
+          Effect.forkIn(scope)
+        )
+        return [entry, new Map(map).set(cellKey(id), entry)] as const
       })
-
-    const forget = (id: CellId, entry: Entry) =>
-      SynchronizedRef.update(entries, (map) => {
-        if (map.get(cellKey(id)) !== entry) return map
-        const next = new Map(map)
-        next.delete(cellKey(id))
-        return next
-      })
-
-    /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
-    const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> =>
-      Effect.flatMap(start(id), (entry) => Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
-
-    /** Like `send`, to a cell that is running (or starting) only: none when it is not (nothing is started). */
-    const sendIfRunning = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<Option.Option<ReplyOf<C>>> =>
-      Effect.flatMap(SynchronizedRef.get(entries), (map) => {
-        const entry = map.get(cellKey(id))
-        return entry === undefined
-          ? Effect.succeedNone
-          : Effect.asSome(Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
-      })
-
-    const stopIdle = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const idleMs = config.cellIdleTimeoutSeconds * 1000
-      yield* SynchronizedRef.updateEffect(entries, (map) =>
-        Effect.gen(function*() {
-          const next = new Map(map)
-          for (const [key, entry] of map) {
-            const polled = yield* Deferred.poll(entry.cell)
-            if (polled._tag === "None") continue // still starting
-            // A cell that failed to start holds a defect: `Effect.option` would let it escape and kill
-            // this sweep loop for good. Such an entry is dropped like an idle one.
-            const cell = yield* Effect.exit(polled.value)
-            if (Exit.isSuccess(cell) && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
-            if (Exit.isSuccess(cell) && (yield* cell.value.busy)) continue
-            next.delete(key)
-            yield* Scope.close(entry.scope, Exit.void)
-          }
-          return next
-        }))
     })
 
-    yield* stopIdle.pipe(
-      Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(config.cellIdleTimeoutSeconds / 4))} seconds`)),
-      Effect.forkScoped
-    )
+  const forget = (id: CellId, entry: Entry) =>
+    SynchronizedRef.update(entries, (map) => {
+      if (map.get(cellKey(id)) !== entry) return map
+      const next = new Map(map)
+      next.delete(cellKey(id))
+      return next
+    })
 
-    const activeCount = Effect.map(SynchronizedRef.get(entries), (m) => m.size)
-    /** Stops a cell now (e.g. its environment was deleted). */
-    const stop = (id: CellId) =>
-      SynchronizedRef.updateEffect(entries, (map) => {
-        const entry = map.get(cellKey(id))
-        if (!entry) return Effect.succeed(map)
+  /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
+  const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> =>
+    Effect.flatMap(start(id), (entry) => Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
+
+  /** Like `send`, to a cell that is running (or starting) only: none when it is not (nothing is started). */
+  const sendIfRunning = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<Option.Option<ReplyOf<C>>> =>
+    Effect.flatMap(SynchronizedRef.get(entries), (map) => {
+      const entry = map.get(cellKey(id))
+      return entry === undefined
+        ? Effect.succeedNone
+        : Effect.asSome(Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
+    })
+
+  const stopIdle = Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const idleMs = config.cellIdleTimeoutSeconds * 1000
+    yield* SynchronizedRef.updateEffect(entries, (map) =>
+      Effect.gen(function*() {
         const next = new Map(map)
-        next.delete(cellKey(id))
-        return Effect.as(Scope.close(entry.scope, Exit.void), next)
-      })
+        for (const [key, entry] of map) {
+          const polled = yield* Deferred.poll(entry.cell)
+          if (polled._tag === "None") continue // still starting
+          // A cell that failed to start holds a defect: `Effect.option` would let it escape and kill
+          // this sweep loop for good. Such an entry is dropped like an idle one.
+          const cell = yield* Effect.exit(polled.value)
+          if (Exit.isSuccess(cell) && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
+          if (Exit.isSuccess(cell) && (yield* cell.value.busy)) continue
+          next.delete(key)
+          yield* Scope.close(entry.scope, Exit.void)
+        }
+        return next
+      }))
+  })
 
-    return { send, sendIfRunning, stop, activeCount } as const
-  }),
-  dependencies: [RunsRepo.Default, StepEngine.Default, Agents.Default, OperationsRepo.Default, Invoker.Default]
-}) {}
+  yield* stopIdle.pipe(
+    Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(config.cellIdleTimeoutSeconds / 4))} seconds`)),
+    Effect.forkScoped
+  )
+
+  const activeCount = Effect.map(SynchronizedRef.get(entries), (m) => m.size)
+  /** Stops a cell now (e.g. its environment was deleted). */
+  const stop = (id: CellId) =>
+    SynchronizedRef.updateEffect(entries, (map) => {
+      const entry = map.get(cellKey(id))
+      if (!entry) return Effect.succeed(map)
+      const next = new Map(map)
+      next.delete(cellKey(id))
+      return Effect.as(Scope.close(entry.scope, Exit.void), next)
+    })
+
+  return { send, sendIfRunning, stop, activeCount } satisfies CellsShape
+})
+
+/** The cells of this process, with the services their run actors drive. */
+export const CellsLive = Layer.scoped(Cells, make).pipe(
+  Layer.provide([RunsRepo.Default, StepEngine.Default, Agents.Default, OperationsRepo.Default, ApprovalsRepo.Default, Invoker.Default])
+)

@@ -12,7 +12,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { reconciliationUrl } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
-import { Cells } from "./CellsLive.js"
+import { Cells } from "../Cells/Cells.js"
 import { GetGeneration } from "../Cells/Protocol.js"
 import { actorOf, reconcileOnce } from "./ToolCalls.js"
 

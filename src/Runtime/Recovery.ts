@@ -5,7 +5,7 @@
  */
 import { Effect, Layer } from "effect"
 import { RunsRepo } from "../Runs/Repo.js"
-import { Cells } from "./CellsLive.js"
+import { Cells } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 
 export const recoverRuns = Effect.gen(function*() {

@@ -21,7 +21,7 @@ import { Trigger } from "../Domain/RunState.js"
 import { ConversationItem, StepEngine, type StepResult } from "../Models/StepEngine.js"
 import { type Commit, RunsRepo, type RunRow } from "../Runs/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
-import { OperationsRepo } from "../Tools/OperationsRepo.js"
+import { ApprovalsRepo } from "../Approvals/Repo.js"
 import * as ToolCalls from "./ToolCalls.js"
 
 const Items = Schema.Array(ConversationItem)
@@ -65,7 +65,7 @@ export const run = (runId: string, options: ActorOptions) =>
     const repo = yield* RunsRepo
     const engine = yield* StepEngine
     const agents = yield* Agents
-    const operations = yield* OperationsRepo
+    const approvals = yield* ApprovalsRepo
     const config = yield* AppConfig
     const budgets = config.runs
 
@@ -251,7 +251,7 @@ export const run = (runId: string, options: ActorOptions) =>
 
     const phaseWaiting = (row: RunRow) =>
       Effect.gen(function*() {
-        const approval = yield* operations.pendingOf(runId)
+        const approval = yield* approvals.pendingOf(runId)
         const now = yield* Clock.currentTimeMillis
         const authorization = row.authorization_expires_at.getTime()
         const approvalEnd = approval === undefined ? authorization : approval.expires_at.getTime()

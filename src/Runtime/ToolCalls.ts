@@ -23,6 +23,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { joinUrl, reconciliationUrl, type ToolRow } from "../Tools.js"
 import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
 import { validate } from "../Tools/JsonSchemas.js"
+import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import { makeId } from "../Kernel/Ids.js"
 
@@ -74,6 +75,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
   Effect.gen(function*() {
     const invoker = yield* Invoker
     const operations = yield* OperationsRepo
+    const approvals = yield* ApprovalsRepo
     const config = yield* AppConfig
     const { row } = env
     const tool = env.tools.find((t) => t.name === call.name)
@@ -149,7 +151,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     }
 
     // ---- writes: an approval first -------------------------------------------------------
-    const approval = yield* operations.approvalFor(row.id, call.call_id)
+    const approval = yield* approvals.approvalFor(row.id, call.call_id)
     if (approval === undefined) {
       const at = yield* now
       const expires = new Date(Math.min(
@@ -170,7 +172,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         trigger: Trigger.RequireAction(),
         data: { required_action: { type: "approval", ...details } },
         requiredAction: { type: "approval", ...details },
-        also: operations.insertApproval({
+        also: approvals.insertApproval({
           id: approvalId,
           tenant_id: row.tenant_id,
           environment: row.environment,
@@ -314,7 +316,8 @@ export const endUnfinished = (
 ) =>
   Effect.gen(function*() {
     const operations = yield* OperationsRepo
+    const approvals = yield* ApprovalsRepo
     const open = yield* operations.unsettled(runId)
     if (open !== undefined) return yield* Effect.asVoid(loseOutcome({ commit }, open.id, unknownReason))
-    yield* commit({ trigger: ending, also: operations.expirePending(runId, yield* now) })
+    yield* commit({ trigger: ending, also: approvals.expirePending(runId, yield* now) })
   })

@@ -1,0 +1,44 @@
+/**
+ * Rows decoded with a Schema: each repo says what its rows are, and a row that does not match is a
+ * defect (a bug, or a migration out of step with the code), never a cast. Column types as the
+ * Postgres client returns them: `timestamptz` as a Date, `jsonb` parsed, `bigint`/`count(*)` as a
+ * decimal string.
+ */
+import { Effect, Option, Schema } from "effect"
+
+/** A `timestamptz` column. */
+export const Time = Schema.DateFromSelf
+/** A nullable `timestamptz` column. */
+export const TimeOrNull = Schema.NullOr(Schema.DateFromSelf)
+/** A `bigint` or `count(*)` column (a decimal string), or an `integer` one. */
+export const Int8 = Schema.Union(Schema.Number, Schema.NumberFromString)
+/** A `jsonb` object column. */
+export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+/** A `bytea` column. */
+export const Bytes = Schema.Uint8ArrayFromSelf
+
+type Query<E, R> = Effect.Effect<ReadonlyArray<unknown>, E, R>
+
+/** Every row, decoded. */
+export const all = <A, I>(row: Schema.Schema<A, I>) => {
+  const decode = Schema.decodeUnknown(Schema.Array(row))
+  return <E, R>(query: Query<E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
+    Effect.flatMap(query, (rows) => Effect.orDie(decode(rows)))
+}
+
+/** The first row, decoded, if there is one. */
+export const first = <A, I>(row: Schema.Schema<A, I>) => {
+  const decode = Schema.decodeUnknown(row)
+  return <E, R>(query: Query<E, R>): Effect.Effect<Option.Option<A>, E, R> =>
+    Effect.flatMap(query, (rows) =>
+      rows.length === 0 ? Effect.succeedNone : Effect.asSome(Effect.orDie(decode(rows[0]))))
+}
+
+/** The first row, decoded, or undefined. */
+export const maybe = <A, I>(row: Schema.Schema<A, I>) => {
+  const take = first(row)
+  return <E, R>(query: Query<E, R>): Effect.Effect<A | undefined, E, R> => Effect.map(take(query), Option.getOrUndefined)
+}
+
+/** A statement whose rows are not read. */
+export const none = <E, R>(query: Query<E, R>): Effect.Effect<void, E, R> => Effect.asVoid(query)

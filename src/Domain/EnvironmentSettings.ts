@@ -1,0 +1,25 @@
+/** Environment settings (D9, D16): what a customer configures per environment. */
+import { Schema } from "effect"
+import { Timestamp } from "../Kernel/Ids.js"
+
+const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })
+
+export const IdentityProvider = Schema.Struct({
+  issuer: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  audience: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  jwks: Schema.optional(Jwks).annotations({ description: "The provider's public keys, inline" }),
+  jwks_url: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))).annotations({
+    description: "Or where to fetch them (HTTPS; the destination checks of connections apply)"
+  })
+}).annotations({ identifier: "IdentityProvider" })
+export type IdentityProvider = typeof IdentityProvider.Type
+
+export const Settings = Schema.Struct({
+  object: Schema.Literal("settings"),
+  identity_provider: Schema.NullOr(IdentityProvider),
+  updated_at: Schema.NullOr(Timestamp)
+}).annotations({ identifier: "EnvironmentSettings" })
+
+export const UpdateSettings = Schema.Struct({
+  identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
+}).annotations({ identifier: "UpdateSettings" })

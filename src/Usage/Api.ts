@@ -1,0 +1,18 @@
+/** Usage (D16). */
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Usage, UsageParams } from "../Domain/Usage.js"
+import { Single } from "../Kernel/Envelope.js"
+import { environment, tenantId } from "../Kernel/Params.js"
+import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
+
+export class UsageApi extends HttpApiGroup.make("usage")
+  .add(
+    HttpApiEndpoint.get("getUsage")`/v1/tenants/${tenantId}/environments/${environment}/usage`
+      .setUrlParams(UsageParams)
+      .addSuccess(Single(Usage))
+      .annotate(OpenApi.Description, "Runs, model calls, tokens, tool calls and run seconds in [from, to), computed from " +
+        "usage records; buckets by day, agent_revision (default) or model_profile.")
+      .annotate(RequiredScopes, ["usage:read"])
+  )
+  .middleware(ServiceKey)
+{}
