@@ -8,6 +8,7 @@ import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Config, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { createServer } from "node:http"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
+import { isLostConnection } from "./Database/Defects.js"
 import { HttpLive } from "./Http.js"
 import { OperatorToken } from "./Operator/Token.js"
 import { AppConfig } from "./Config/AppConfig.js"
@@ -51,6 +52,20 @@ export const MainLive = Announce.pipe(
   Layer.provide(AppConfig.layer),
   Layer.provide(LogLevelLive)
 )
+
+// The Postgres driver can emit a lost connection's 'error' on a client that has no listener at that
+// moment (a window in @effect/sql-pg 0.53 between releasing a client and the pool's own listener),
+// which Node turns into a crash with a stack trace. The connection is gone either way: the pool
+// replaces it, and a lost embedded Postgres stops the service through DatabaseWatch. Anything else
+// uncaught is still fatal, as by default.
+process.on("uncaughtException", (error) => {
+  if (isLostConnection(error)) {
+    console.warn(`a database connection was lost: ${error.message}`)
+    return
+  }
+  console.error(error)
+  process.exit(1)
+})
 
 // Serves until interrupted (SIGINT/SIGTERM: graceful shutdown, exit 0), or until the embedded
 // Postgres dies under it (shutdown, then exit 1).

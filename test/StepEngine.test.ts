@@ -11,15 +11,10 @@ import * as Prompt from "@effect/ai/Prompt"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Fiber, Logger, LogLevel, Option, Redacted, Schema, TestClock, Tracer } from "effect"
 import { ModelsConfig, type ModelsConfigShape } from "../src/Models/Config.js"
-import {
-  type ConversationItem,
-  ModelError,
-  StepEngine,
-  type StepInput,
-  StepResult,
-  type ToolDefinition,
-  toPrompt
-} from "../src/Models/StepEngine.js"
+import { type ConversationItem, StepResult, type ToolDefinition } from "../src/Domain/Conversation.js"
+import { ModelError } from "../src/Models/Errors.js"
+import { toPrompt } from "../src/Models/Prompt.js"
+import { StepEngine, type StepInput } from "../src/Models/StepEngine.js"
 import * as ModelServers from "./support/ModelServers.js"
 import {
   anthropicError,

@@ -20,7 +20,12 @@ const UNREACHABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "E
 export const isDatabaseUnavailable = (defect: unknown): boolean => {
   if (!(defect instanceof SqlError)) return false
   if (defect.message.startsWith("Failed to acquire connection")) return true
-  const cause = defect.cause as { code?: unknown; message?: unknown } | undefined
+  return isLostConnection(defect.cause)
+}
+
+/** Whether an error of the Postgres driver says its connection is gone (server shut down, refused, reset). */
+export const isLostConnection = (error: unknown): boolean => {
+  const cause = error as { code?: unknown; message?: unknown } | undefined
   const code = typeof cause?.code === "string" ? cause.code : ""
   return UNAVAILABLE_STATES.test(code) || UNREACHABLE_CODES.has(code) ||
     (typeof cause?.message === "string" && /Connection terminated/i.test(cause.message))

@@ -28,11 +28,8 @@
  * every error message is built here (never copied from a library error that could echo a request)
  * and scrubbed of the credential's value besides.
  */
-import * as AiError from "@effect/ai/AiError"
+import type * as AiError from "@effect/ai/AiError"
 import * as LanguageModel from "@effect/ai/LanguageModel"
-import * as Prompt from "@effect/ai/Prompt"
-import * as Tool from "@effect/ai/Tool"
-import * as Toolkit from "@effect/ai/Toolkit"
 import { AnthropicClient, AnthropicLanguageModel } from "@effect/ai-anthropic"
 import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
 import { HttpClient } from "@effect/platform"
@@ -40,69 +37,28 @@ import { NodeHttpClient } from "@effect/platform-node"
 import { Destinations } from "../Outbound/Destinations.js"
 import { Cause, Clock, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
+import {
+  type ConversationItem,
+  Final,
+  type ProposedCall,
+  ToolCalls,
+  type ToolDefinition,
+  type StepResult,
+  type Usage
+} from "../Domain/Conversation.js"
+import {
+  ModelAuthFailed,
+  type ModelError,
+  ModelFailed,
+  ModelUnavailable,
+  requestIdOf,
+  scrubbed,
+  toModelError
+} from "./Errors.js"
+import { toolkitOf, toPrompt } from "./Prompt.js"
 import { ModelsConfig, type ModelsConfigShape } from "./Config.js"
 import * as OpenAiCompatible from "./OpenAiCompatible.js"
 import * as Scripted from "./Scripted.js"
-
-// ---------------------------------------------------------------------------------------------
-// The conversation the agent sees (persisted by the run actor as JSON)
-
-export const UserMessage = Schema.Struct({ type: Schema.Literal("user_message"), text: Schema.String })
-export const AssistantMessage = Schema.Struct({ type: Schema.Literal("assistant_message"), text: Schema.String })
-/** A tool call the model proposed (in an earlier step). */
-export const ToolCallItem = Schema.Struct({
-  type: Schema.Literal("tool_call"),
-  call_id: Schema.String,
-  name: Schema.String,
-  input: Schema.Unknown
-})
-/** The outcome of a tool call; `output` is any JSON value. */
-export const ToolResultItem = Schema.Struct({
-  type: Schema.Literal("tool_result"),
-  call_id: Schema.String,
-  name: Schema.String,
-  output: Schema.Unknown,
-  is_error: Schema.Boolean
-})
-export const ConversationItem = Schema.Union(UserMessage, AssistantMessage, ToolCallItem, ToolResultItem).annotations({
-  identifier: "ConversationItem"
-})
-export type ConversationItem = typeof ConversationItem.Type
-
-/** A tool the agent may call: its name, description and the JSON Schema (an object) of its input. */
-export const ToolDefinition = Schema.Struct({
-  name: Schema.String.pipe(Schema.minLength(1)),
-  description: Schema.optional(Schema.String),
-  input_schema: Schema.Record({ key: Schema.String, value: Schema.Unknown })
-}).annotations({ identifier: "ToolDefinition" })
-export type ToolDefinition = typeof ToolDefinition.Type
-
-const Count = Schema.Number.pipe(Schema.int(), Schema.nonNegative())
-export const Usage = Schema.Struct({ input_tokens: Count, output_tokens: Count, model_calls: Count }).annotations({
-  identifier: "Usage"
-})
-export type Usage = typeof Usage.Type
-
-export const ProposedCall = Schema.Struct({ call_id: Schema.String, name: Schema.String, input: Schema.Unknown })
-export type ProposedCall = typeof ProposedCall.Type
-
-/** The model answered: the run's final content. */
-export const Final = Schema.TaggedStruct("Final", {
-  text: Schema.String,
-  usage: Usage,
-  provider_request_id: Schema.optional(Schema.String)
-})
-export type Final = typeof Final.Type
-/** The model proposed tool calls (unexecuted), possibly with some text besides. */
-export const ToolCalls = Schema.TaggedStruct("ToolCalls", {
-  calls: Schema.NonEmptyArray(ProposedCall),
-  text: Schema.optional(Schema.String),
-  usage: Usage,
-  provider_request_id: Schema.optional(Schema.String)
-})
-export type ToolCalls = typeof ToolCalls.Type
-export const StepResult = Schema.Union(Final, ToolCalls).annotations({ identifier: "StepResult" })
-export type StepResult = typeof StepResult.Type
 
 export interface StepInput {
   readonly profile: {
@@ -116,260 +72,6 @@ export interface StepInput {
   /** The tools offered to the model (none when absent). */
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly conversation: ReadonlyArray<ConversationItem>
-}
-
-// ---------------------------------------------------------------------------------------------
-// Typed failures
-
-const failureFields = {
-  provider: Schema.String,
-  message: Schema.String,
-  provider_request_id: Schema.optional(Schema.String),
-  retry_after_seconds: Schema.optional(Schema.Number)
-}
-/** HTTP 429: the provider is limiting our requests; `retry_after_seconds` when it said so. */
-export class ModelRateLimited extends Schema.TaggedError<ModelRateLimited>()("ModelRateLimited", failureFields) {}
-/** HTTP 5xx or 408, a timeout, or a connection failure: worth retrying later. */
-export class ModelUnavailable extends Schema.TaggedError<ModelUnavailable>()("ModelUnavailable", failureFields) {}
-/** A body that is not JSON or not the provider's shape, unparseable tool arguments, an unknown tool. */
-export class ModelInvalidResponse extends Schema.TaggedError<ModelInvalidResponse>()("ModelInvalidResponse", failureFields) {}
-/** HTTP 401/403, or no credential for a provider that needs one. */
-export class ModelAuthFailed extends Schema.TaggedError<ModelAuthFailed>()("ModelAuthFailed", failureFields) {}
-/** Anything else: the scripted `fail` step, other 4xx, an unusable profile. */
-export class ModelFailed extends Schema.TaggedError<ModelFailed>()("ModelFailed", failureFields) {}
-
-export const ModelError = Schema.Union(ModelRateLimited, ModelUnavailable, ModelInvalidResponse, ModelAuthFailed, ModelFailed)
-export type ModelError = ModelRateLimited | ModelUnavailable | ModelInvalidResponse | ModelAuthFailed | ModelFailed
-
-const MAX_MESSAGE = 1000
-const MAX_PROVIDER_MESSAGE = 300
-
-/** The provider's request id among response headers (lowercase names). */
-export const requestIdOf = (headers: Readonly<Record<string, unknown>>): string | undefined => {
-  for (const name of ["x-request-id", "request-id"]) {
-    const value = headers[name]
-    if (typeof value === "string" && value.length > 0) return value
-  }
-  return undefined
-}
-
-/** Seconds to wait from `retry-after-ms`, `retry-after` (seconds or an HTTP date). */
-export const retryAfterSeconds = (headers: Readonly<Record<string, unknown>>, nowMillis: number): number | undefined => {
-  const ms = headers["retry-after-ms"]
-  if (typeof ms === "string" && ms.trim() !== "" && Number.isFinite(Number(ms)) && Number(ms) >= 0) {
-    return Math.ceil(Number(ms)) / 1000
-  }
-  const value = headers["retry-after"]
-  if (typeof value !== "string" || value.trim() === "") return undefined
-  const seconds = Number(value)
-  if (Number.isFinite(seconds)) return seconds >= 0 ? seconds : undefined
-  const at = Date.parse(value)
-  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - nowMillis) / 1000))
-}
-
-/** The provider's own error text from an error body (OpenAI, Anthropic, vLLM, FastAPI shapes). */
-const providerMessageOf = (body: string | undefined): string | undefined => {
-  if (body === undefined) return undefined
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(body)
-  } catch {
-    return undefined
-  }
-  const pick = (value: unknown): string | undefined =>
-    typeof value === "string" && value.trim() !== "" ? value.trim() : undefined
-  if (typeof parsed === "string") return pick(parsed)
-  if (typeof parsed !== "object" || parsed === null) return undefined
-  const record = parsed as Record<string, unknown>
-  const error = record.error
-  if (typeof error === "object" && error !== null) return pick((error as Record<string, unknown>).message)
-  return pick(error) ?? pick(record.message) ?? pick(record.detail)
-}
-
-const truncate = (text: string, max: number) => (text.length > max ? `${text.slice(0, max - 1)}…` : text)
-
-/** Context for building error messages. */
-export interface ErrorContext {
-  /** Whether the provider's own error text may be quoted (not for customer-chosen base URLs). */
-  readonly quoteProvider: boolean
-  readonly nowMillis: number
-}
-
-/**
- * Maps an @effect/ai failure to a typed model error. Messages are built here; a provider's own
- * error text is quoted only when `quoteProvider` (and never for 401/403).
- */
-export const toModelError = (provider: string, error: AiError.AiError, context: ErrorContext): ModelError => {
-  const quote = (text: string | undefined) =>
-    context.quoteProvider && text !== undefined ? `: ${truncate(text, MAX_PROVIDER_MESSAGE)}` : ""
-  switch (error._tag) {
-    case "HttpResponseError": {
-      const { headers, status } = error.response
-      const id = requestIdOf(headers)
-      const base = { provider, ...(id === undefined ? {} : { provider_request_id: id }) }
-      if (status >= 200 && status < 300) {
-        return new ModelInvalidResponse({
-          ...base,
-          message: error.reason === "EmptyBody"
-            ? `${provider} sent an empty response body`
-            : `${provider} sent a response body that is not valid JSON`
-        })
-      }
-      const said = quote(providerMessageOf(error.body))
-      if (status === 429) {
-        const retry = retryAfterSeconds(headers, context.nowMillis)
-        return new ModelRateLimited({
-          ...base,
-          message: `${provider} is rate limiting requests (HTTP 429)${said}`,
-          ...(retry === undefined ? {} : { retry_after_seconds: retry })
-        })
-      }
-      if (status === 401 || status === 403) {
-        return new ModelAuthFailed({ ...base, message: `${provider} refused the credential (HTTP ${status})` })
-      }
-      if (status >= 500 || status === 408) {
-        return new ModelUnavailable({ ...base, message: `${provider} is unavailable (HTTP ${status})${said}` })
-      }
-      if (status >= 300 && status < 400) {
-        return new ModelFailed({ ...base, message: `${provider} answered with a redirect (HTTP ${status}), which is not followed` })
-      }
-      return new ModelFailed({ ...base, message: `${provider} refused the request (HTTP ${status})${said}` })
-    }
-    case "HttpRequestError":
-      return error.reason === "Transport"
-        ? new ModelUnavailable({ provider, message: `${provider} could not be reached` })
-        : new ModelFailed({
-          provider,
-          message: error.reason === "InvalidUrl"
-            ? `The ${provider} URL is not valid`
-            : `The request to ${provider} could not be encoded`
-        })
-    case "MalformedOutput":
-      return new ModelInvalidResponse({
-        provider,
-        message: `${provider} sent a response that could not be used${quote(error.description)}`
-      })
-    case "MalformedInput":
-      return new ModelFailed({
-        provider,
-        message: `The conversation could not be sent to ${provider}${error.description ? `: ${error.description}` : ""}`
-      })
-    case "UnknownError":
-      return new ModelFailed({ provider, message: error.description ?? `The ${provider} call failed` })
-  }
-}
-
-/** The same error with the credential's value (if any) removed from its message. */
-const scrubbed = (error: ModelError, credential: Option.Option<Redacted.Redacted<string>>): ModelError => {
-  let message = error.message
-  if (Option.isSome(credential)) {
-    const secret = Redacted.value(credential.value)
-    if (secret.length >= 4) message = message.split(secret).join("[redacted]")
-  }
-  message = truncate(message, MAX_MESSAGE)
-  if (message === error.message) return error
-  const fields = {
-    provider: error.provider,
-    message,
-    ...(error.provider_request_id === undefined ? {} : { provider_request_id: error.provider_request_id }),
-    ...(error.retry_after_seconds === undefined ? {} : { retry_after_seconds: error.retry_after_seconds })
-  }
-  switch (error._tag) {
-    case "ModelRateLimited":
-      return new ModelRateLimited(fields)
-    case "ModelUnavailable":
-      return new ModelUnavailable(fields)
-    case "ModelInvalidResponse":
-      return new ModelInvalidResponse(fields)
-    case "ModelAuthFailed":
-      return new ModelAuthFailed(fields)
-    case "ModelFailed":
-      return new ModelFailed(fields)
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The prompt and the tools
-
-/**
- * The conversation as an @effect/ai prompt, the instructions as its system message. Built from
- * `Prompt.makeMessage`/`makePart` (no decoding, so it cannot throw). Consecutive assistant items
- * (text and proposed calls) form one assistant message and consecutive tool results one tool
- * message, the way providers produced and expect them (parallel calls, then their results).
- */
-export const toPrompt = (instructions: string, items: ReadonlyArray<ConversationItem>): Prompt.Prompt => {
-  const messages: Array<Prompt.Message> = []
-  if (instructions.trim() !== "") messages.push(Prompt.makeMessage("system", { content: instructions }))
-  let assistant: Array<Prompt.AssistantMessagePart> | undefined
-  let tool: Array<Prompt.ToolMessagePart> | undefined
-  const flush = () => {
-    if (assistant) messages.push(Prompt.makeMessage("assistant", { content: assistant }))
-    if (tool) messages.push(Prompt.makeMessage("tool", { content: tool }))
-    assistant = undefined
-    tool = undefined
-  }
-  for (const item of items) {
-    switch (item.type) {
-      case "user_message":
-        flush()
-        messages.push(Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: item.text })] }))
-        break
-      case "assistant_message":
-      case "tool_call": {
-        if (tool) flush()
-        assistant ??= []
-        assistant.push(
-          item.type === "assistant_message"
-            ? Prompt.makePart("text", { text: item.text })
-            : Prompt.makePart("tool-call", { id: item.call_id, name: item.name, params: item.input, providerExecuted: false })
-        )
-        break
-      }
-      case "tool_result":
-        if (assistant) {
-          messages.push(Prompt.makeMessage("assistant", { content: assistant }))
-          assistant = undefined
-        }
-        tool ??= []
-        tool.push(
-          Prompt.makePart("tool-result", {
-            id: item.call_id,
-            name: item.name,
-            result: item.output,
-            isFailure: item.is_error,
-            providerExecuted: false
-          })
-        )
-        break
-    }
-  }
-  flush()
-  return Prompt.fromMessages(messages)
-}
-
-/** Any JSON object: what a tool call's input is decoded with (the customer's schema is checked where the tool runs). */
-const AnyObject = Schema.Struct({}, Schema.Record({ key: Schema.String, value: Schema.Unknown }))
-
-/**
- * A tool whose parameters decode permissively (any JSON object) while the JSON Schema sent to the
- * provider is exactly the customer's (the `jsonSchema` annotation replaces the generated one).
- */
-export const toolOf = (definition: ToolDefinition) =>
-  Tool.make(definition.name, {
-    ...(definition.description === undefined ? {} : { description: definition.description }),
-    success: Schema.Unknown
-  }).setParameters(AnyObject.annotations({ jsonSchema: definition.input_schema }))
-
-/**
- * The tools as an @effect/ai toolkit with its handlers. The library wants handlers even though
- * calls are returned unexecuted (`disableToolCallResolution`); these never run.
- */
-const toolkitOf = (tools: ReadonlyArray<ToolDefinition>) => {
-  const toolkit = Toolkit.make(...tools.map(toolOf))
-  const handlers = Object.fromEntries(
-    tools.map((t) => [t.name, () => Effect.dieMessage("tool calls are returned to the run, not executed by the step engine")])
-  )
-  return Effect.provide(toolkit, toolkit.toLayer(handlers))
 }
 
 // ---------------------------------------------------------------------------------------------

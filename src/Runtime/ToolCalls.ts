@@ -17,7 +17,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Duration, Effect } from "effect"
 import { Trigger } from "../Domain/RunState.js"
-import type { ConversationItem } from "../Models/StepEngine.js"
+import type { ConversationItem } from "../Domain/Conversation.js"
 import type { Commit, RunRow, UsageRecordInput } from "../Runs/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { joinUrl, reconciliationUrl, type ToolRow } from "../Tools.js"
