@@ -20,7 +20,7 @@ import { invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import * as Cursor from "./Kernel/Cursor.js"
-import { canonicalJson } from "./Edge/Idempotency.js"
+import { canonicalJson } from "./Kernel/Json.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { Tools } from "./Tools.js"
 import { Destinations } from "./Outbound/Destinations.js"
@@ -196,6 +196,8 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       getModelProfile: (p: Principal, id: string) => dieOnSqlError(Effect.map(modelProfileRow(p, id), Repo.toModelProfile)),
       credentialOf: (tenantId: string, environment: string, profileId: string) =>
         dieOnSqlError(credentialOf(tenantId, environment, profileId)),
+      /** A run's pinned revision with its model profile (none when it is gone). */
+      revisionContext: (revisionId: string) => dieOnSqlError(repo.revisionContext(revisionId)),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
       createAgent: (p: CellRef, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),

@@ -259,6 +259,11 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
     return {
       allowedWorkspace: (p: Principal) => dieOnSqlError(allowedWorkspace(p)),
+      /** Whether a run may still act (checked before each dispatch): its key, tenant, environment and user. */
+      authorizationActive: (run: { readonly key_id: string; readonly user_id: string | null }) =>
+        dieOnSqlError(repo.authorizationActive(run.key_id, run.user_id)),
+      /** Whether a key (with its tenant and environment) may still act (open streams re-check it). */
+      keyActive: (keyId: string) => dieOnSqlError(repo.authorizationActive(keyId, null)),
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),

@@ -257,7 +257,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       })
 
     /** Opens an SSE stream slot or fails with 429 `stream_limit_reached` (contract part 8). */
-    const streamContext = yield* Effect.context<Repo.RunsRepo | EventBus | Cells | AppConfig>()
+    const streamContext = yield* Effect.context<Repo.RunsRepo | EventBus | Cells | AppConfig | Platform>()
 
     /**
      * The run's events as an SSE body (D8), after `Last-Event-ID` or `cursor`; takes one of the

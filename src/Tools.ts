@@ -14,43 +14,11 @@ import { dieOnSqlError } from "./Database/Defects.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
-import type { CreateConnection, Operation, Tool } from "./Domain/Tools.js"
+import { connectionTransition, type CreateConnection, type Operation, type Tool } from "./Domain/Tools.js"
+import { type ConnectionRow, ToolsRepo, type ToolRow } from "./Tools/Repo.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { schemaProblem } from "./Tools/JsonSchemas.js"
-
-export interface ConnectionRow {
-  readonly id: string
-  readonly tenant_id: string
-  readonly environment: string
-  readonly name: string
-  readonly base_url: string
-  readonly owner: { type: "tenant" }
-  readonly authentication: { type: "service_signed_request" }
-  readonly operations: ReadonlyArray<Operation>
-  readonly status: "pending_review" | "active" | "rejected"
-  readonly review_note: string | null
-  readonly reviewed_at: Date | null
-  readonly created_at: Date
-  readonly updated_at: Date
-  readonly tool_ids: ReadonlyArray<string> | null
-}
-
-export interface ToolRow {
-  readonly id: string
-  readonly tenant_id: string
-  readonly environment: string
-  readonly connection_id: string
-  readonly name: string
-  readonly description: string | null
-  readonly effect: "read" | "write"
-  readonly base_url: string
-  readonly path: string
-  readonly reconciliation_path: string | null
-  readonly input_schema: Record<string, unknown>
-  readonly output_schema: Record<string, unknown>
-  readonly created_at: Date
-}
 
 /** The exact URL of an operation: base URL (without a trailing slash) + path. */
 export const joinUrl = (baseUrl: string, path: string) => `${baseUrl.replace(/\/+$/, "")}${path}`
@@ -116,19 +84,12 @@ const checkOperations = (operations: ReadonlyArray<Operation>) =>
 export class Tools extends Effect.Service<Tools>()("Tools", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const repo = yield* ToolsRepo
     const destinations = yield* Destinations
-
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-    /** Connections with the ids of the tools their review made. */
-    const selectConnections = sql`
-      SELECT c.*, (SELECT array_agg(t.id ORDER BY t.created_at, t.id) FROM tools t WHERE t.connection_id = c.id) AS tool_ids
-      FROM connections c`
 
     const connectionRow = (cell: CellRef, id: string) =>
-      Effect.flatMap(
-        sql<ConnectionRow>`${selectConnections} WHERE c.id = ${id} AND c.tenant_id = ${cell.tenantId} AND c.environment = ${cell.environment}`,
-        (rows) => (rows[0] ? Effect.succeed(rows[0]) : Effect.fail(notFound("connection", "connection_id")))
-      )
+      Effect.flatMap(repo.connection(cell, id), (row) => row ? Effect.succeed(row) : Effect.fail(notFound("connection", "connection_id")))
 
     const register = (p: Principal, body: CreateConnection) =>
       Effect.gen(function*() {
@@ -137,80 +98,61 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
           return yield* invalid("parameter_invalid", "base_url: must not have a query or fragment", "base_url")
         }
         yield* checkOperations(body.operations)
-        const at = yield* now
         const id = yield* makeId("conn")
-        yield* sql`
-          INSERT INTO connections (id, tenant_id, environment, name, base_url, owner, authentication, operations,
-                                   status, created_by_key_id, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.name}, ${body.base_url}, ${JSON.stringify(body.owner)}::jsonb,
-                  ${JSON.stringify(body.authentication)}::jsonb, ${JSON.stringify(body.operations)}::jsonb,
-                  'pending_review', ${p.keyId}, ${at}, ${at})`
+        yield* repo.insertConnection({ id, cell: p, body, keyId: p.keyId, at: yield* now })
         return toConnection(yield* connectionRow(p, id))
       })
 
     /** Operator review: approval makes one immutable tool per operation; rejection makes none. */
     const review = (connectionId: string, decision: "approve" | "reject", note: string | undefined) =>
       sql.withTransaction(Effect.gen(function*() {
-        const [row] = yield* sql<ConnectionRow>`SELECT *, NULL::text[] AS tool_ids FROM connections WHERE id = ${connectionId} FOR UPDATE`
+        const row = yield* repo.lockConnection(connectionId)
         if (!row) return yield* notFound("connection", "id")
-        if (row.status !== "pending_review") {
+        const next = connectionTransition(row.status, { _tag: "Review", decision })
+        if (next === undefined) {
           return yield* conflict("connection_already_reviewed", `This connection was already reviewed (${row.status})`)
         }
         const at = yield* now
-        yield* sql`UPDATE connections SET status = ${decision === "approve" ? "active" : "rejected"},
-                                          review_note = ${note ?? null}, reviewed_at = ${at}, updated_at = ${at}
-                   WHERE id = ${connectionId}`
-        if (decision === "approve") {
+        yield* repo.setStatus(connectionId, next.to, note ?? null, at)
+        if (next.makesTools) {
           for (const op of row.operations) {
-            const toolId = yield* makeId("tool")
-            yield* sql`
-              INSERT INTO tools (id, tenant_id, environment, connection_id, name, description, effect, base_url, path,
-                                 reconciliation_path, input_schema, output_schema, created_at)
-              VALUES (${toolId}, ${row.tenant_id}, ${row.environment}, ${row.id}, ${op.name}, ${op.description ?? null},
-                      ${op.effect}, ${row.base_url}, ${op.path}, ${op.reconciliation_path ?? null},
-                      ${JSON.stringify(op.input_schema)}::jsonb, ${JSON.stringify(op.output_schema)}::jsonb, ${at})`
+            yield* repo.insertTool({
+              id: yield* makeId("tool"),
+              tenant_id: row.tenant_id,
+              environment: row.environment,
+              connection_id: row.id,
+              name: op.name,
+              description: op.description ?? null,
+              effect: op.effect,
+              base_url: row.base_url,
+              path: op.path,
+              reconciliation_path: op.reconciliation_path ?? null,
+              input_schema: op.input_schema,
+              output_schema: op.output_schema,
+              created_at: at
+            })
           }
         }
-        return toConnection(yield* connectionRow({ tenantId: row.tenant_id, environment: row.environment as any }, row.id))
+        return toConnection(yield* connectionRow({ tenantId: row.tenant_id, environment: row.environment }, row.id))
       }))
 
-    const listConnections = Cursor.listPage(
-      "connections",
-      (t, e, after, limit) =>
-        sql<ConnectionRow>`
-          ${selectConnections} WHERE c.tenant_id = ${t} AND c.environment = ${e}
-          ${after === undefined ? sql`` : sql`AND c.id < ${after}`}
-          ORDER BY c.id DESC LIMIT ${limit + 1}`,
-      toConnection
-    )
+    const listConnections = Cursor.listPage("connections", repo.connections, toConnection)
 
     const listTools = (p: Principal, params: Cursor.ListParams & { connection_id?: string | undefined }) =>
       Cursor.listPage(
         `tools:${params.connection_id ?? ""}`,
-        (t, e, after, limit) =>
-          sql<ToolRow>`
-            SELECT * FROM tools WHERE tenant_id = ${t} AND environment = ${e}
-            ${params.connection_id === undefined ? sql`` : sql`AND connection_id = ${params.connection_id}`}
-            ${after === undefined ? sql`` : sql`AND id < ${after}`}
-            ORDER BY id DESC LIMIT ${limit + 1}`,
+        (t, e, after, limit) => repo.tools(t, e, params.connection_id, after, limit),
         toTool
       )(p, params)
 
     const getTool = (p: CellRef, id: string) =>
-      Effect.flatMap(
-        sql<ToolRow>`SELECT * FROM tools
-                     WHERE id = ${id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`,
-        (rows) => (rows[0] ? Effect.succeed(toTool(rows[0])) : Effect.fail(notFound("tool", "tool_id")))
-      )
+      Effect.flatMap(repo.tool(p, id), (row) => (row ? Effect.succeed(toTool(row)) : Effect.fail(notFound("tool", "tool_id"))))
 
     /** The tools of a revision, in the given order; all must be of the cell and of an active connection. */
     const toolsForRevision = (p: CellRef, ids: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         if (ids.length === 0) return []
-        const rows = yield* sql<ToolRow>`
-          SELECT t.* FROM tools t
-          JOIN connections c ON c.id = t.connection_id AND c.status = 'active'
-          WHERE t.id IN ${sql.in([...ids])} AND t.tenant_id = ${p.tenantId} AND t.environment = ${p.environment}`
+        const rows = yield* repo.activeTools(p, ids)
         const byId = new Map(rows.map((r) => [r.id, r]))
         const names = new Set<string>()
         for (const [i, id] of ids.entries()) {
@@ -232,8 +174,10 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       listTools: (p: Principal, params: Cursor.ListParams & { connection_id?: string | undefined }) =>
         dieOnSqlError(listTools(p, params)),
       getTool: (p: CellRef, id: string) => dieOnSqlError(getTool(p, id)),
-      toolsForRevision: (p: CellRef, ids: ReadonlyArray<string>) => dieOnSqlError(toolsForRevision(p, ids))
+      toolsForRevision: (p: CellRef, ids: ReadonlyArray<string>) => dieOnSqlError(toolsForRevision(p, ids)),
+      /** The tools a revision pins, as rows (for its runs), whatever their connection's status now. */
+      toolRows: (ids: ReadonlyArray<string>) => dieOnSqlError(repo.toolsById(ids))
     } as const
   }),
-  dependencies: [Destinations.Default]
+  dependencies: [ToolsRepo.Default, Destinations.Default]
 }) {}

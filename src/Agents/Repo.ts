@@ -1,8 +1,10 @@
 /** SQL of workspaces, model profiles, agents and revisions. Rows in, resources out. */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import type { Agent, AgentRevision, ModelProfile, Provider, Workspace } from "../Domain/Agents.js"
+import { type Agent, type AgentRevision, type ModelProfile, Provider, type Workspace } from "../Domain/Agents.js"
 import { toIso } from "../Kernel/Ids.js"
+import * as Rows from "../Database/Rows.js"
+import { Schema } from "effect"
 
 export interface WorkspaceRow { id: string; name: string; created_at: Date; updated_at: Date }
 export interface ModelProfileRow {
@@ -30,6 +32,17 @@ export interface CredentialRow {
   credential_iv: Uint8Array | null
   credential_tag: Uint8Array | null
 }
+
+/** The pinned revision of a run and its model profile: what a model step is called with. */
+export const RevisionContext = Schema.Struct({
+  instructions: Schema.String,
+  tool_ids: Schema.Array(Schema.String),
+  model_profile_id: Schema.String,
+  provider: Provider,
+  model: Schema.String,
+  settings: Rows.JsonObject
+})
+export type RevisionContext = typeof RevisionContext.Type
 
 export const toWorkspace = (r: WorkspaceRow): Workspace => ({
   id: r.id,
@@ -108,6 +121,11 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
         sql<AgentRevisionRow>`SELECT ${sql.literal(AGENT_REVISION_COLUMNS)} FROM agent_revisions
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND agent_id = ${agentId} AND ${after(cursor)}
           ORDER BY id DESC LIMIT ${limit + 1}`,
+      /** What a run needs to call the model: the pinned revision and its model profile. */
+      revisionContext: (revisionId: string) =>
+        sql`SELECT rv.instructions, rv.tool_ids, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings
+            FROM agent_revisions rv JOIN model_profiles mp ON mp.id = rv.model_profile_id
+            WHERE rv.id = ${revisionId}`.pipe(Rows.maybe(RevisionContext)),
       revision: (tenantId: string, env: string, id: string) =>
         sql<AgentRevisionRow>`SELECT ${sql.literal(AGENT_REVISION_COLUMNS)} FROM agent_revisions
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map(first))

@@ -87,3 +87,27 @@ export const ReviewConnection = Schema.Struct({
   decision: Schema.Literal("approve", "reject"),
   note: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
 }).annotations({ identifier: "ReviewConnection" })
+
+// ---- the life of a connection, as data ------------------------------------------------------
+
+export type ConnectionStatus = typeof ConnectionStatus.Type
+
+/** What can happen to a connection: an operator's review (D1). */
+export type ConnectionEvent = { readonly _tag: "Review"; readonly decision: "approve" | "reject" }
+
+/** Every transition of a connection; anything else is refused (a reviewed connection stays as reviewed). */
+export const CONNECTION_TRANSITIONS: ReadonlyArray<{
+  readonly from: ConnectionStatus
+  readonly event: ConnectionEvent["_tag"]
+  readonly decision: "approve" | "reject"
+  readonly to: ConnectionStatus
+  /** an approval makes one immutable tool per operation */
+  readonly makesTools: boolean
+}> = [
+  { from: "pending_review", event: "Review", decision: "approve", to: "active", makesTools: true },
+  { from: "pending_review", event: "Review", decision: "reject", to: "rejected", makesTools: false }
+]
+
+/** The connection's next status and whether tools are made, or undefined when the event does not apply. */
+export const connectionTransition = (status: ConnectionStatus, event: ConnectionEvent) =>
+  CONNECTION_TRANSITIONS.find((t) => t.from === status && t.event === event._tag && t.decision === event.decision)

@@ -9,6 +9,7 @@ import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { Conflict, InvalidRequest } from "../Kernel/Errors.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import { canonicalJson } from "../Kernel/Json.js"
 
 export interface Scope {
   readonly tenantId: string
@@ -32,17 +33,6 @@ export type Begin =
 
 /** 1..255 characters of 0x21..0x7E (D5). */
 export const validKey = (key: string): boolean => /^[\x21-\x7E]{1,255}$/.test(key)
-
-/** Canonical JSON: keys sorted, no whitespace, so key order never changes the fingerprint. */
-export const canonicalJson = (value: unknown): string => {
-  if (value === null || typeof value !== "object") return JSON.stringify(value)
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`
-  const entries = Object.keys(value as object)
-    .sort()
-    .filter((k) => (value as any)[k] !== undefined)
-    .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as any)[k])}`)
-  return `{${entries.join(",")}}`
-}
 
 export const fingerprint = (method: string, path: string, body: string): string => {
   let canonical = body

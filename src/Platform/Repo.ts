@@ -160,6 +160,19 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       serviceActor: (tenantId: string, env: string, id: string) =>
         sql<ServiceActorRow>`SELECT * FROM service_actors
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0])),
+      /**
+       * Whether a run may still act: the key that created it is not revoked, its tenant is active
+       * and its environment ready, and its acting user (if any) is not deleted. One statement.
+       */
+      authorizationActive: (keyId: string, userId: string | null) =>
+        sql<{ ok: boolean }>`
+          SELECT (k.revoked_at IS NULL AND t.status = 'active' AND e.state = 'ready'
+                  AND (${userId}::text IS NULL OR EXISTS (
+                    SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL))) AS ok
+          FROM api_keys k
+          JOIN tenants t ON t.id = k.tenant_id
+          JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
+          WHERE k.id = ${keyId}`.pipe(Effect.map((r) => r[0]?.ok === true)),
       /** The quickstart workspace of an environment (where its first key may act), if it has one. */
       quickstartWorkspace: (tenantId: string, env: string) =>
         sql<{ workspace_id: string }>`SELECT workspace_id FROM quickstarts

@@ -13,7 +13,6 @@ import { Effect, Either, Option } from "effect"
 import { makeId, toIso } from "../Kernel/Ids.js"
 import type { Conversation, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
-import type { ToolRow } from "../Tools.js"
 
 export interface ConversationRow {
   id: string
@@ -107,15 +106,6 @@ export const toEvent = (r: EventRow): RunEvent => ({
   created_at: toIso(r.created_at),
   data: r.data
 })
-
-export interface AgentContextRow {
-  instructions: string
-  tool_ids: ReadonlyArray<string>
-  model_profile_id: string
-  provider: "openai" | "anthropic" | "openai_compatible" | "scripted"
-  model: string
-  settings: Record<string, unknown>
-}
 
 /** A usage record (D16) written with the step that caused it. */
 export interface UsageRecordInput {
@@ -362,41 +352,6 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
                     WHERE run_id = ${runId} AND sequence > ${afterSequence}
                     ORDER BY sequence LIMIT ${limit}`
 
-    /** What the run actor needs to call the model: the pinned revision and its model profile. */
-    const agentContext = (runId: string) =>
-      Effect.map(
-        sql<AgentContextRow>`
-          SELECT rv.instructions, rv.tool_ids, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings
-          FROM runs r
-          JOIN agent_revisions rv ON rv.id = r.agent_revision_id
-          JOIN model_profiles mp ON mp.id = rv.model_profile_id
-          WHERE r.id = ${runId}`,
-        (rows) => Option.fromNullable(rows[0])
-      )
-
-    /** The run's key is usable and its acting user (if any) is not deleted (checked before each dispatch). */
-    const authorizationActive = (row: { key_id: string; user_id: string | null }) =>
-      Effect.zipWith(
-        keyActive(row.key_id),
-        row.user_id === null
-          ? Effect.succeed(true)
-          : Effect.map(sql<{ ok: boolean }>`SELECT (status <> 'deleted' AND deleted_at IS NULL) AS ok FROM users WHERE id = ${row.user_id}`,
-            (rows) => rows[0]?.ok === true),
-        (a, b) => a && b
-      )
-
-    /** Whether the key that created the run (and its tenant and environment) may still act. */
-    const keyActive = (keyId: string) =>
-      Effect.map(
-        sql<{ ok: boolean }>`
-          SELECT (k.revoked_at IS NULL AND t.status = 'active' AND e.state = 'ready') AS ok
-          FROM api_keys k
-          JOIN tenants t ON t.id = k.tenant_id
-          JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-          WHERE k.id = ${keyId}`,
-        (rows) => rows[0]?.ok === true
-      )
-
     /** Non-terminal runs, for recovery after a restart. */
     const openRuns = sql<{ id: string; tenant_id: string; environment: string }>`
       SELECT id, tenant_id, environment FROM runs
@@ -414,12 +369,6 @@ export class RunsRepo extends Effect.Service<RunsRepo>()("RunsRepo", {
       items,
       eventPosition,
       eventsAfter,
-      agentContext,
-      /** The tools of a revision (its `tool_ids`), as rows. */
-      toolsOf: (toolIds: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<ToolRow>, SqlError> =>
-        toolIds.length === 0 ? Effect.succeed([]) : sql<ToolRow>`SELECT * FROM tools WHERE id IN ${sql.in([...toolIds])}`,
-      keyActive,
-      authorizationActive,
       openRuns
     } as const
   })

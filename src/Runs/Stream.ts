@@ -17,6 +17,7 @@ import { TERMINAL_STATUSES } from "../Domain/RunState.js"
 import { CloseStream } from "../Cells/Protocol.js"
 import { Cells } from "../Cells/Cells.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import { Platform } from "../Platform.js"
 import { EventBus } from "./EventBus.js"
 import { type EventRow, RunsRepo, toEvent } from "./Repo.js"
 
@@ -32,6 +33,7 @@ export const frame = (row: EventRow): string =>
 export const eventStream = (p: Principal, runId: string, after: number) =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const repo = yield* RunsRepo
+    const platform = yield* Platform
     const bus = yield* EventBus
     const cells = yield* Cells
     const config = yield* AppConfig
@@ -81,7 +83,7 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
       Effect.delay(Duration.seconds(config.runs.pingSeconds))
     )
 
-    const revoked = repo.keyActive(p.keyId).pipe(
+    const revoked = platform.keyActive(p.keyId).pipe(
       Effect.repeat({
         schedule: Schedule.spaced(Duration.seconds(config.runs.streamAuthCheckSeconds)),
         while: (active) => active

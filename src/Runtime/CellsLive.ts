@@ -8,6 +8,8 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
 import { Cells, type CellsShape } from "../Cells/Cells.js"
 import { Agents } from "../Agents.js"
+import { Platform } from "../Platform.js"
+import { Tools } from "../Tools.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { RunsRepo } from "../Runs/Repo.js"
@@ -31,7 +33,7 @@ const make = Effect.gen(function*() {
   const parent = yield* Effect.scope
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
   const repo = yield* RunsRepo
-  const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
+  const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
   const options: Cell.CellOptions = {
     rateLimit: config.rateLimit,
     runs: config.runs,
@@ -135,5 +137,14 @@ const make = Effect.gen(function*() {
 
 /** The cells of this process, with the services their run actors drive. */
 export const CellsLive = Layer.scoped(Cells, make).pipe(
-  Layer.provide([RunsRepo.Default, StepEngine.Default, Agents.Default, OperationsRepo.Default, ApprovalsRepo.Default, Invoker.Default])
+  Layer.provide([
+    RunsRepo.Default,
+    StepEngine.Default,
+    Agents.Default,
+    Platform.Default,
+    Tools.Default,
+    OperationsRepo.Default,
+    ApprovalsRepo.Default,
+    Invoker.Default
+  ])
 )

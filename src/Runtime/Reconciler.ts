@@ -9,7 +9,7 @@ import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
 import { Trigger } from "../Domain/RunState.js"
 import { RunsRepo } from "../Runs/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
-import { reconciliationUrl } from "../Tools.js"
+import { reconciliationUrl, Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import { Cells } from "../Cells/Cells.js"
@@ -19,6 +19,7 @@ import { actorOf, reconcileOnce } from "./ToolCalls.js"
 export const reconcileDue = Effect.gen(function*() {
   const operations = yield* OperationsRepo
   const runs = yield* RunsRepo
+  const tools = yield* Tools
   const invoker = yield* Invoker
   const cells = yield* Cells
   const config = yield* AppConfig
@@ -26,7 +27,7 @@ export const reconcileDue = Effect.gen(function*() {
   const due = yield* operations.dueForReconciliation(new Date(now), 50)
   for (const op of due) {
     const run = yield* runs.run(op.run_id)
-    const [tool] = yield* runs.toolsOf([op.tool_id])
+    const [tool] = yield* tools.toolRows([op.tool_id])
     if (run._tag === "None" || tool === undefined || tool.reconciliation_path === null) continue
     const cell = { tenantId: op.tenant_id, environment: op.environment as any }
     const answer = yield* reconcileOnce(

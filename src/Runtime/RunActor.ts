@@ -16,6 +16,8 @@
  */
 import { Clock, Duration, Effect, Either, Option, Schedule, Schema } from "effect"
 import { Agents } from "../Agents.js"
+import { Platform } from "../Platform.js"
+import { Tools } from "../Tools.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
@@ -66,6 +68,8 @@ export const run = (runId: string, options: ActorOptions) =>
     const repo = yield* RunsRepo
     const engine = yield* StepEngine
     const agents = yield* Agents
+    const platform = yield* Platform
+    const tools = yield* Tools
     const approvals = yield* ApprovalsRepo
     const config = yield* AppConfig
     const budgets = config.runs
@@ -80,28 +84,27 @@ export const run = (runId: string, options: ActorOptions) =>
     const expire = (budget: RunState.Budget) =>
       ToolCalls.endUnfinished(commit, runId, Trigger.Expire({ budget }), `the ${budget} budget ran out while the outcome was unknown`)
 
-    const revoked = (row: RunRow) => Effect.map(repo.authorizationActive(row), (ok) => !ok)
+    const revoked = (row: RunRow) => Effect.map(platform.authorizationActive(row), (ok) => !ok)
 
     // ---- the model calls and what they commit --------------------------------------------------
     /** `checked`: the key was just checked (before the start), which covers the first dispatch. */
     const drive = (row: RunRow, checked: boolean) =>
       Effect.gen(function*() {
-        const context = yield* repo.agentContext(runId)
-        if (Option.isNone(context) || row.input === null) {
+        const agent = yield* agents.revisionContext(row.agent_revision_id)
+        if (agent === undefined || row.input === null) {
           yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
           return
         }
-        const agent = context.value
         const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
-        const tools = yield* repo.toolsOf(agent.tool_ids)
-        const definitions = tools.map((t) => ({
+        const offered = yield* tools.toolRows(agent.tool_ids)
+        const definitions = offered.map((t) => ({
           name: t.name,
           ...(t.description === null ? {} : { description: t.description }),
           input_schema: t.input_schema
         }))
         const toolEnv: ToolCalls.ToolCallEnv = {
           row,
-          tools,
+          tools: offered,
           cellGeneration: options.cellGeneration,
           commit,
           authorized: Effect.map(revoked(row), (r) => !r),
