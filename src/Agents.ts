@@ -4,7 +4,6 @@
  * the database, never selected for a response (`has_credential` instead), and read back only
  * through `credentialOf` for the model providers.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, ParseResult, type Redacted, Schema } from "effect"
 import { createHash } from "node:crypto"
 import * as Repo from "./Agents/Repo.js"
@@ -69,7 +68,6 @@ const checkSettings = (provider: Provider, settings: Record<string, unknown>) =>
 
 export class Agents extends Effect.Service<Agents>()("Agents", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const repo = yield* Repo.AgentsRepo
     const secrets = yield* Secrets
     const tools = yield* Tools
@@ -83,13 +81,8 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     const createWorkspace = (p: CellRef, body: { name: string }) =>
       Effect.gen(function*() {
-        const at = yield* now
-        const id = yield* makeId("ws")
-        const [row] = yield* sql<Repo.WorkspaceRow>`
-          INSERT INTO workspaces (id, tenant_id, environment, name, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.name}, ${at}, ${at})
-          RETURNING id, name, created_at, updated_at`
-        return Repo.toWorkspace(row!)
+        const row = yield* repo.insertWorkspace({ id: yield* makeId("ws"), cell: p, name: body.name, at: yield* now })
+        return Repo.toWorkspace(row)
       })
 
     // ---- model profiles ---------------------------------------------------------------------
@@ -104,14 +97,17 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
         const at = yield* now
         const id = yield* makeId("mp")
         const sealed = body.credential === undefined ? undefined : yield* secrets.encrypt(body.credential, id)
-        const [row] = yield* sql<Repo.ModelProfileRow>`
-          INSERT INTO model_profiles (id, tenant_id, environment, name, provider, model, settings,
-                                      credential_ciphertext, credential_iv, credential_tag, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.name}, ${body.provider}, ${body.model},
-                  ${JSON.stringify(settings)}::jsonb, ${sealed?.ciphertext ?? null}, ${sealed?.iv ?? null},
-                  ${sealed?.tag ?? null}, ${at}, ${at})
-          RETURNING ${sql.literal(Repo.MODEL_PROFILE_COLUMNS)}`
-        return Repo.toModelProfile(row!)
+        const row = yield* repo.insertModelProfile({
+          id,
+          cell: p,
+          name: body.name,
+          provider: body.provider,
+          model: body.model,
+          settings,
+          credential: sealed,
+          at
+        })
+        return Repo.toModelProfile(row)
       })
 
     const modelProfileRow = (p: CellRef, id: string) =>
@@ -141,13 +137,14 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
     const createAgent = (p: CellRef, body: { workspace_id: string; name: string }) =>
       Effect.gen(function*() {
         yield* workspaceRow(p, body.workspace_id)
-        const at = yield* now
-        const id = yield* makeId("agent")
-        const [row] = yield* sql<Repo.AgentRow>`
-          INSERT INTO agents (id, tenant_id, environment, workspace_id, name, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.workspace_id}, ${body.name}, ${at}, ${at})
-          RETURNING id, workspace_id, name, created_at, updated_at`
-        return Repo.toAgent(row!)
+        const row = yield* repo.insertAgent({
+          id: yield* makeId("agent"),
+          cell: p,
+          workspaceId: body.workspace_id,
+          name: body.name,
+          at: yield* now
+        })
+        return Repo.toAgent(row)
       })
 
     // ---- revisions --------------------------------------------------------------------------
@@ -157,16 +154,17 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
         // Only reviewed tools of this tenant and environment, with distinct names.
         yield* tools.toolsForRevision(p, body.tool_ids)
         yield* modelProfileRow(p, body.model_profile_id)
-        const at = yield* now
-        const id = yield* makeId("rev")
-        const hash = contentHash(body)
-        const [row] = yield* sql<Repo.AgentRevisionRow>`
-          INSERT INTO agent_revisions (id, tenant_id, environment, agent_id, model_profile_id, instructions,
-                                       tool_ids, content_hash, created_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${agentId}, ${body.model_profile_id}, ${body.instructions},
-                  ${[...body.tool_ids] as Array<string>}::text[], ${hash}, ${at})
-          RETURNING ${sql.literal(Repo.AGENT_REVISION_COLUMNS)}`
-        return Repo.toAgentRevision(row!)
+        const row = yield* repo.insertRevision({
+          id: yield* makeId("rev"),
+          cell: p,
+          agentId,
+          modelProfileId: body.model_profile_id,
+          instructions: body.instructions,
+          toolIds: body.tool_ids,
+          contentHash: contentHash(body),
+          at: yield* now
+        })
+        return Repo.toAgentRevision(row)
       })
 
     const listRevisions = (p: Principal, agentId: string, params: Cursor.ListParams) =>
@@ -196,6 +194,9 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       getModelProfile: (p: Principal, id: string) => dieOnSqlError(Effect.map(modelProfileRow(p, id), Repo.toModelProfile)),
       credentialOf: (tenantId: string, environment: string, profileId: string) =>
         dieOnSqlError(credentialOf(tenantId, environment, profileId)),
+      /** The workspace of a revision's agent, if the revision is of the cell. */
+      revisionWorkspace: (p: CellRef, revisionId: string) =>
+        dieOnSqlError(repo.revisionWorkspace(p.tenantId, p.environment, revisionId)),
       /** A run's pinned revision with its model profile (none when it is gone). */
       revisionContext: (revisionId: string) => dieOnSqlError(repo.revisionContext(revisionId)),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),

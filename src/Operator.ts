@@ -14,25 +14,20 @@ import { Quickstarts } from "./Operator/Quickstart.js"
 import { Cells } from "./Cells/Cells.js"
 import { GetCellStats } from "./Cells/Protocol.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
-import * as Repo from "./Platform/Repo.js"
+import { PlatformRepo } from "./Platform/Repo.js"
+import * as Rows from "./Platform/Rows.js"
+import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
-interface PilotRow {
-  id: string
-  organization_name: string
-  contact_email: string
-  status: PilotApplication["status"]
-  tenant_id: string | null
-  created_at: Date
-}
 const toPilot = (r: PilotRow): PilotApplication => ({ ...r, object: "pilot_application", created_at: toIso(r.created_at) })
 
 export class Operator extends Effect.Service<Operator>()("Operator", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const quickstarts = yield* Quickstarts
-    const platform = yield* Repo.PlatformRepo
+    const platform = yield* PlatformRepo
+    const repo = yield* OperatorRepo
     const cells = yield* Cells
 
     /** What the environment's cell holds now. 404 for an unknown environment. */
@@ -47,14 +42,17 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>
       Effect.gen(function*() {
         const id = yield* makeId("pilot")
-        const [row] = yield* sql<PilotRow>`
-          INSERT INTO pilot_applications (id, organization_name, contact_email, status, created_at)
-          VALUES (${id}, ${body.organization_name}, ${body.contact_email}, 'submitted', ${yield* now}) RETURNING *`
-        return toPilot(row!)
+        const row = yield* repo.insertPilot({
+          id,
+          organizationName: body.organization_name,
+          contactEmail: body.contact_email,
+          at: yield* now
+        })
+        return toPilot(row)
       })
 
     const getPilot = (id: string) =>
-      Effect.flatMap(sql<PilotRow>`SELECT * FROM pilot_applications WHERE id = ${id}`, ([row]) =>
+      Effect.flatMap(repo.pilot(id), (row) =>
         row ? Effect.succeed(toPilot(row)) : Effect.fail(notFound("pilot application", "id")))
 
     /**
@@ -65,25 +63,19 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
     const approvePilot = (id: string) =>
       Effect.gen(function*() {
         const tenantId = yield* sql.withTransaction(Effect.gen(function*() {
-          const [pilot] = yield* sql<PilotRow>`SELECT * FROM pilot_applications WHERE id = ${id} FOR UPDATE`
+          const pilot = yield* repo.lockPilot(id)
           if (!pilot) return yield* notFound("pilot application", "id")
           if (pilot.status === "approved") return pilot.tenant_id!
           if (pilot.status === "rejected") return yield* conflict("already_decided", "This application was rejected")
           const at = yield* now
           const tenantId = yield* makeId("ten")
-          yield* sql`INSERT INTO tenants (id, name, status, created_at, updated_at)
-                     VALUES (${tenantId}, ${pilot.organization_name}, 'active', ${at}, ${at})`
-          yield* sql`INSERT INTO environments (tenant_id, name, id, state, created_at, updated_at)
-                     VALUES (${tenantId}, 'sandbox', ${yield* makeId("env")}, 'provisioning', ${at}, ${at})`
-          yield* sql`UPDATE pilot_applications SET status = 'approved', tenant_id = ${tenantId}, decided_at = ${at}
-                     WHERE id = ${id}`
+          yield* repo.createTenant({ pilotId: id, tenantId, environmentId: yield* makeId("env"), name: pilot.organization_name, at })
           return tenantId
         }))
         // Provisioning of the sandbox cell. An environment already gone (a deleted tenant approved
         // again) has nothing left to provision.
         yield* quickstarts.ensure(tenantId, "sandbox").pipe(Effect.catchTag("NotFound", () => Effect.void))
-        yield* sql`UPDATE environments SET state = 'ready', updated_at = ${yield* now}
-                   WHERE tenant_id = ${tenantId} AND name = 'sandbox' AND state = 'provisioning'`
+        yield* repo.markReady({ tenantId, environment: "sandbox" }, yield* now)
         return { id, status: "approved" as const, tenant_id: tenantId, environment: "sandbox" as const }
       })
 
@@ -98,21 +90,23 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
         if (unknown.length > 0) {
           return yield* invalid("unknown_scope", `Unknown scope(s): ${unknown.join(", ")}`, "scopes")
         }
-        const [env] = yield* sql<{ state: string }>`
-          SELECT e.state FROM environments e JOIN tenants t ON t.id = e.tenant_id
-          WHERE e.tenant_id = ${tenantId} AND e.name = ${environment} AND t.status = 'active'`
-        if (!env || env.state === "deleted" || env.state === "deleting") return yield* notFound("environment", "environment")
+        const state = yield* repo.environmentState({ tenantId, environment })
+        if (state === undefined || state === "deleted" || state === "deleting") return yield* notFound("environment", "environment")
         const scopes: ReadonlyArray<Scope> = body.scopes ? [...new Set(body.scopes as ReadonlyArray<Scope>)] : QUICKSTART_SCOPES
         const serviceActorId = body.scopes ? null : (yield* quickstarts.ensure(tenantId, environment)).service_actor_id
         const secret = KeySecrets.generate(environment)
-        const id = yield* makeId("key")
-        const [row] = yield* sql<Repo.ApiKeyRow>`
-          INSERT INTO api_keys (id, tenant_id, environment, name, kind, prefix, secret_hash, scopes, service_actor_id, created_at)
-          VALUES (${id}, ${tenantId}, ${environment}, ${body.name}, ${body.scopes ? "console" : "quickstart"},
-                  ${KeySecrets.prefixOf(secret)}, ${KeySecrets.hash(secret)}, ${scopes as Array<string>}::text[],
-                  ${serviceActorId}, ${yield* now})
-          RETURNING ${sql.literal(Repo.API_KEY_COLUMNS)}`
-        return { ...Repo.toApiKey(row!), secret } satisfies CreatedApiKey
+        const row = yield* platform.insertApiKey({
+          id: yield* makeId("key"),
+          cell: { tenantId, environment },
+          name: body.name,
+          kind: body.scopes ? "console" : "quickstart",
+          prefix: KeySecrets.prefixOf(secret),
+          secretHash: KeySecrets.hash(secret),
+          scopes,
+          serviceActorId,
+          at: yield* now
+        })
+        return { ...Rows.toApiKey(row), secret } satisfies CreatedApiKey
       })
 
     return {
@@ -125,5 +119,5 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e))
     } as const
   }),
-  dependencies: [Quickstarts.Default, Repo.PlatformRepo.Default]
+  dependencies: [Quickstarts.Default, PlatformRepo.Default, OperatorRepo.Default]
 }) {}

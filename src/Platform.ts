@@ -1,21 +1,22 @@
 /**
  * The platform plane's operations: tenants, environments, keys, users, service actors and their
  * deletion. Each mutation is one transaction; timestamps come from Effect's Clock so suites drive
- * retention and purge windows with TestClock.
+ * retention and purge windows with TestClock. SQL lives in src/Platform/Repo.ts.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
-import { dieOnSqlError } from "./Database/Defects.js"
 import { createHash } from "node:crypto"
+import { AppConfig } from "./Config/AppConfig.js"
+import { dieOnSqlError } from "./Database/Defects.js"
+import type { DeletionJob } from "./Domain/Platform.js"
+import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
-import { setResponseHeader } from "./Kernel/RequestContext.js"
-import type { DeletionJob } from "./Domain/Platform.js"
-import type { CellRef, Principal } from "./Kernel/Principal.js"
-import * as Cursor from "./Kernel/Cursor.js"
 import { withinCeiling } from "./Kernel/Policy.js"
-import * as Repo from "./Platform/Repo.js"
-import { AppConfig } from "./Config/AppConfig.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { setResponseHeader } from "./Kernel/RequestContext.js"
+import { PlatformRepo } from "./Platform/Repo.js"
+import * as Rows from "./Platform/Rows.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -36,50 +37,41 @@ const tombstoned = new Gone({
 export class Platform extends Effect.Service<Platform>()("Platform", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const repo = yield* Repo.PlatformRepo
+    const repo = yield* PlatformRepo
     const config = yield* AppConfig
     const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
 
-
-    const queueDeletion = (
-      p: Principal,
-      resourceType: "tenant" | "environment" | "user",
-      resourceId: string,
-      at: Date
-    ) =>
+    const queueDeletion = (p: CellRef, resourceType: DeletionJob["resource_type"], resourceId: string, at: Date) =>
       Effect.gen(function*() {
-        const id = yield* makeId("dj")
-        const purgeAfter = new Date(at.getTime() + config.purgeDelaySeconds * 1000)
-        const [row] = yield* sql<Repo.DeletionJobRow>`
-          INSERT INTO deletion_jobs (id, tenant_id, environment, resource_type, resource_id, state, purge_after, created_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${resourceType}, ${resourceId}, 'queued', ${purgeAfter}, ${at})
-          RETURNING *`
-        return Repo.toDeletionJob(row!)
+        const row = yield* repo.insertDeletionJob({
+          id: yield* makeId("dj"),
+          cell: p,
+          resourceType,
+          resourceId,
+          purgeAfter: new Date(at.getTime() + config.purgeDelaySeconds * 1000),
+          at
+        })
+        return Rows.toDeletionJob(row)
       })
 
     // ---- tenants ----------------------------------------------------------------------------
     const getTenant = (p: Principal) =>
       Effect.flatMap(repo.tenant(p.tenantId), (row) =>
-        row && row.status !== "deleted" ? Effect.succeed(Repo.toTenant(row)) : Effect.fail(notFound("tenant", "tenant_id")))
+        row && row.status !== "deleted" ? Effect.succeed(Rows.toTenant(row)) : Effect.fail(notFound("tenant", "tenant_id")))
 
     const updateTenant = (p: Principal, name: string) =>
       Effect.gen(function*() {
-        const at = yield* now
-        const [row] = yield* sql<Repo.TenantRow>`
-          UPDATE tenants SET name = ${name}, updated_at = ${at}
-          WHERE id = ${p.tenantId} AND status = 'active' RETURNING *`
+        const row = yield* repo.renameTenant(p.tenantId, name, yield* now)
         if (!row) return yield* notFound("tenant", "tenant_id")
-        return Repo.toTenant(row)
+        return Rows.toTenant(row)
       })
 
     const deleteTenant = (p: Principal) =>
       sql.withTransaction(Effect.gen(function*() {
         const at = yield* now
-        const [row] = yield* sql`UPDATE tenants SET status = 'deleting', updated_at = ${at}
-                                 WHERE id = ${p.tenantId} AND status = 'active' RETURNING id`
-        if (!row) return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
-        yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
-                   WHERE tenant_id = ${p.tenantId} AND state <> 'deleted'`
+        if (!(yield* repo.markTenantDeleting(p.tenantId, at))) {
+          return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
+        }
         return yield* queueDeletion(p, "tenant", p.tenantId, at)
       }))
 
@@ -91,7 +83,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         const after = yield* Cursor.decode(params.cursor, "environments", cellOf(p))
         const row = yield* repo.environment(p.tenantId, p.environment)
         return {
-          items: row && row.state !== "deleted" && (after === undefined || row.id < after) ? [Repo.toEnvironment(row)] : [],
+          items: row && row.state !== "deleted" && (after === undefined || row.id < after) ? [Rows.toEnvironment(row)] : [],
           next_cursor: null
         }
       })
@@ -106,58 +98,47 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const getEnvironment = (p: Principal) =>
       Effect.flatMap(repo.environment(p.tenantId, p.environment), (row) =>
         row && row.state !== "deleted"
-          ? Effect.succeed(Repo.toEnvironment(row))
+          ? Effect.succeed(Rows.toEnvironment(row))
           : Effect.fail(notFound("environment", "environment")))
 
     const deleteEnvironment = (p: Principal) =>
       sql.withTransaction(Effect.gen(function*() {
         const at = yield* now
-        const [row] = yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
-                                 WHERE tenant_id = ${p.tenantId} AND name = ${p.environment}
-                                   AND state NOT IN ('deleting', 'deleted') RETURNING id`
-        if (!row) return yield* conflict("deletion_in_progress", "This environment is already being deleted")
-        return yield* queueDeletion(p, "environment", (row as any).id as string, at)
+        const id = yield* repo.markEnvironmentDeleting(p, at)
+        if (id === undefined) return yield* conflict("deletion_in_progress", "This environment is already being deleted")
+        return yield* queueDeletion(p, "environment", id, at)
       }))
 
     const getDeletionJob = (p: Principal, id: string) =>
       Effect.flatMap(repo.deletionJob(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Repo.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
+        row ? Effect.succeed(Rows.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
 
     // ---- api keys ---------------------------------------------------------------------------
-    const listApiKeys = Cursor.listPage("api_keys", repo.apiKeys, Repo.toApiKey)
+    const listApiKeys = Cursor.listPage("api_keys", repo.apiKeys, Rows.toApiKey)
 
     const getApiKey = (p: Principal, id: string) =>
       Effect.flatMap(repo.apiKey(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Repo.toApiKey(row)) : Effect.fail(notFound("API key", "key_id")))
+        row ? Effect.succeed(Rows.toApiKey(row)) : Effect.fail(notFound("API key", "key_id")))
 
     /** Revokes a key and every key derived from it, within the caller's management ceiling. */
     const revokeApiKey = (p: Principal, id: string) =>
       sql.withTransaction(Effect.gen(function*() {
-        const [target] = yield* sql<Repo.ApiKeyRow>`
-          SELECT ${sql.literal(Repo.API_KEY_COLUMNS)} FROM api_keys
-          WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment} AND id = ${id} FOR UPDATE`
+        const target = yield* repo.lockApiKey(p, id)
         if (!target) return yield* notFound("API key", "key_id")
         yield* withinCeiling(p, target.scopes)
-        const at = yield* now
-        yield* sql`
-          WITH RECURSIVE tree AS (
-            SELECT id FROM api_keys WHERE id = ${id}
-            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
-          )
-          UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'revoked'
-          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`
-        const [row] = yield* sql<Repo.ApiKeyRow>`SELECT ${sql.literal(Repo.API_KEY_COLUMNS)} FROM api_keys WHERE id = ${id}`
-        return Repo.toApiKey(row!)
+        yield* repo.revokeTree("key", id, "revoked", yield* now)
+        const row = yield* repo.apiKey(p.tenantId, p.environment, id)
+        return Rows.toApiKey(row!)
       }))
 
     // ---- users ------------------------------------------------------------------------------
-    const listUsers = Cursor.listPage("users", repo.users, Repo.toUser)
+    const listUsers = Cursor.listPage("users", repo.users, Rows.toUser)
 
     const liveUser = (p: Principal, id: string) =>
-      Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Repo.UserRow, NotFound | Gone> =>
+      Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Rows.UserRow, NotFound | Gone> =>
         !row ? Effect.fail(notFound("user", "user_id")) : row.status === "deleted" ? Effect.fail(tombstoned) : Effect.succeed(row))
 
-    const getUser = (p: Principal, id: string) => Effect.map(liveUser(p, id), Repo.toUser)
+    const getUser = (p: Principal, id: string) => Effect.map(liveUser(p, id), Rows.toUser)
 
     const createUser = (
       p: Principal,
@@ -165,18 +146,17 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     ) =>
       sql.withTransaction(Effect.gen(function*() {
         const at = yield* now
-        const tomb = yield* sql`SELECT 1 FROM tombstones
-          WHERE tenant_id = ${p.tenantId} AND environment = ${p.environment} AND kind = 'user'
-            AND key = ${tombstoneKey(body.external_id)} AND expires_at > ${at}`
-        if (tomb.length > 0) return yield* tombstoned
-        const id = yield* makeId("user")
-        const [row] = yield* sql<Repo.UserRow>`
-          INSERT INTO users (id, tenant_id, environment, external_id, display_name, email, status, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${body.external_id}, ${body.display_name},
-                  ${body.email ?? null}, 'active', ${at}, ${at})
-          ON CONFLICT DO NOTHING RETURNING *`
+        if (yield* repo.tombstoneExists(p, "user", tombstoneKey(body.external_id), at)) return yield* tombstoned
+        const row = yield* repo.insertUser({
+          id: yield* makeId("user"),
+          cell: p,
+          externalId: body.external_id,
+          displayName: body.display_name,
+          email: body.email ?? null,
+          at
+        })
         if (!row) return yield* conflict("already_exists", "A user with this external_id already exists")
-        return Repo.toUser(row)
+        return Rows.toUser(row)
       }))
 
     const updateUser = (
@@ -189,15 +169,9 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
           return yield* invalid("parameter_missing", "Send at least one of display_name, email")
         }
         yield* liveUser(p, id)
-        const at = yield* now
-        const [row] = yield* sql<Repo.UserRow>`
-          UPDATE users SET
-            display_name = COALESCE(${body.display_name ?? null}, display_name),
-            email = CASE WHEN ${body.email !== undefined} THEN ${body.email ?? null} ELSE email END,
-            updated_at = ${at}
-          WHERE id = ${id} AND status = 'active' RETURNING *`
+        const row = yield* repo.updateUser(id, { displayName: body.display_name, email: body.email }, yield* now)
         if (!row) return yield* tombstoned
-        return Repo.toUser(row)
+        return Rows.toUser(row)
       })
 
     /**
@@ -208,45 +182,34 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       sql.withTransaction(Effect.gen(function*() {
         const user = yield* liveUser(p, id)
         const at = yield* now
-        // `AND status = 'active'`: of concurrent deletes only one flips the row (the others re-check
-        // it after the first commits and find it deleted), so a user gets one deletion job.
-        const flipped = yield* sql`UPDATE users SET status = 'deleted', deleted_at = ${at}, updated_at = ${at}
-                                   WHERE id = ${id} AND status = 'active' RETURNING id`
-        if (flipped.length === 0) return yield* tombstoned
+        // Of concurrent deletes only one flips the row (the others re-check it after the first
+        // commits and find it deleted), so a user gets one deletion job.
+        if (!(yield* repo.markUserDeleted(id, at))) return yield* tombstoned
         // Keys bound to the user and every lease derived from them (derived authority, contract 4 rule 6).
-        yield* sql`
-          WITH RECURSIVE tree AS (
-            SELECT id FROM api_keys WHERE user_id = ${id}
-            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
-          )
-          UPDATE api_keys SET revoked_at = ${at}, revoked_reason = 'user_deleted'
-          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`
-        yield* sql`
-          INSERT INTO tombstones (tenant_id, environment, kind, key, resource_id, created_at, expires_at)
-          VALUES (${p.tenantId}, ${p.environment}, 'user', ${tombstoneKey(user.external_id ?? id)}, ${id}, ${at},
-                  ${new Date(at.getTime() + config.tombstoneTtlSeconds * 1000)})
-          ON CONFLICT (tenant_id, environment, kind, key) DO UPDATE SET resource_id = EXCLUDED.resource_id,
-            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at`
+        yield* repo.revokeTree("user", id, "user_deleted", at)
+        yield* repo.writeTombstone({
+          cell: p,
+          kind: "user",
+          key: tombstoneKey(user.external_id ?? id),
+          resourceId: id,
+          at,
+          expiresAt: new Date(at.getTime() + config.tombstoneTtlSeconds * 1000)
+        })
         return yield* queueDeletion(p, "user", id, at)
       }))
 
     // ---- service actors -------------------------------------------------------------------
-    const listServiceActors = Cursor.listPage("service_actors", repo.serviceActors, Repo.toServiceActor)
+    const listServiceActors = Cursor.listPage("service_actors", repo.serviceActors, Rows.toServiceActor)
 
     const getServiceActor = (p: Principal, id: string) =>
       Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Repo.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id")))
+        row ? Effect.succeed(Rows.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id")))
 
     const createServiceActor = (p: CellRef, name: string) =>
       Effect.gen(function*() {
-        const at = yield* now
-        const id = yield* makeId("sa")
-        const [row] = yield* sql<Repo.ServiceActorRow>`
-          INSERT INTO service_actors (id, tenant_id, environment, name, created_at, updated_at)
-          VALUES (${id}, ${p.tenantId}, ${p.environment}, ${name}, ${at}, ${at}) RETURNING *`
-        return Repo.toServiceActor(row!)
+        const row = yield* repo.insertServiceActor({ id: yield* makeId("sa"), cell: p, name, at: yield* now })
+        return Rows.toServiceActor(row)
       })
-
 
     /**
      * The workspace a key may act in: the quickstart (first) key only in its quickstart workspace
@@ -285,6 +248,5 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       createServiceActor: (p: CellRef, name: string) => dieOnSqlError(createServiceActor(p, name))
     } as const
   }),
-  dependencies: [Repo.PlatformRepo.Default]
+  dependencies: [PlatformRepo.Default]
 }) {}
-

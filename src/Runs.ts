@@ -5,7 +5,6 @@
  * the user's input in one transaction, then asks the cell to start the run's actor. If this process
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Option, Queue, Stream } from "effect"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
@@ -21,6 +20,7 @@ import { Cells } from "./Cells/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { ActorSessions } from "./ActorSessions.js"
+import { Agents } from "./Agents.js"
 import { Platform } from "./Platform.js"
 
 const runNotFound = notFound("run", "run_id")
@@ -47,13 +47,13 @@ export interface StreamRequest {
 
 export class Runs extends Effect.Service<Runs>()("Runs", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const repo = yield* Repo.RunsRepo
     const bus = yield* EventBus
     const cells = yield* Cells
     const config = yield* AppConfig
     const actors = yield* ActorSessions
     const platform = yield* Platform
+    const agents = yield* Agents
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
 
@@ -70,17 +70,13 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     // ---- conversations -------------------------------------------------------------------------
     const createConversation = (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
       Effect.gen(function*() {
-        const [workspace] = yield* sql<{ id: string }>`SELECT id FROM workspaces
-          WHERE id = ${body.workspace_id} AND tenant_id = ${p.tenantId} AND environment = ${p.environment}`
-        if (!workspace) return yield* notFound("workspace", "workspace_id")
+        const workspace = yield* agents.getWorkspace(p, body.workspace_id)
         if (!(yield* visible(p, workspace.id))) {
           return yield* forbidden("workspace_not_allowed", "This key can act only in its own (quickstart) workspace")
         }
-        const [revision] = yield* sql<{ workspace_id: string }>`
-          SELECT a.workspace_id FROM agent_revisions r JOIN agents a ON a.id = r.agent_id
-          WHERE r.id = ${body.agent_revision_id} AND r.tenant_id = ${p.tenantId} AND r.environment = ${p.environment}`
-        if (!revision) return yield* notFound("agent revision", "agent_revision_id")
-        if (revision.workspace_id !== workspace.id) {
+        const revisionWorkspace = yield* agents.revisionWorkspace(p, body.agent_revision_id)
+        if (revisionWorkspace === undefined) return yield* notFound("agent revision", "agent_revision_id")
+        if (revisionWorkspace !== workspace.id) {
           return yield* invalid(
             "revision_not_in_workspace",
             "The agent revision belongs to an agent of another workspace",
@@ -297,7 +293,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default, Platform.Default]
+  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default]
 }) {}
 
 export type { RunEvent }

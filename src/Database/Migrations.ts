@@ -4,7 +4,8 @@
  * then finds nothing left to do.
  */
 import { Migrator, SqlClient } from "@effect/sql"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schema } from "effect"
+import * as Rows from "./Rows.js"
 import platform from "./migrations/0001_platform.js"
 import agents from "./migrations/0002_agents.js"
 import quickstart from "./migrations/0003_quickstart.js"
@@ -44,3 +45,13 @@ export const run = Effect.gen(function*() {
 }).pipe(Effect.withSpan("Migrations.run"))
 
 export const layer = Layer.effectDiscard(Effect.orDie(run))
+
+/** Whether every migration this build knows is applied (readiness). */
+export const applied = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const expected = (yield* loader).length
+  const { n } = yield* sql`SELECT count(*)::int AS n FROM effect_sql_migrations`.pipe(
+    Rows.single(Schema.Struct({ n: Schema.Number }))
+  )
+  return n >= expected
+})

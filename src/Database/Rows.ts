@@ -42,3 +42,11 @@ export const maybe = <A, I>(row: Schema.Schema<A, I>) => {
 
 /** A statement whose rows are not read. */
 export const none = <E, R>(query: Query<E, R>): Effect.Effect<void, E, R> => Effect.asVoid(query)
+
+/** The one row a statement returns (an `INSERT ... RETURNING`), decoded; none is a defect. */
+export const single = <A, I>(row: Schema.Schema<A, I>) => {
+  const decode = Schema.decodeUnknown(row)
+  return <E, R>(query: Query<E, R>): Effect.Effect<A, E, R> =>
+    Effect.flatMap(query, (rows) =>
+      rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0])))
+}

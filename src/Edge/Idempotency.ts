@@ -4,27 +4,14 @@
  * completes). Completed responses are kept for the replay window; 400 validation failures, 401,
  * 403, 429, 503 and defects are released instead, so they are safe to retry.
  */
-import { SqlClient } from "@effect/sql"
+import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
 import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { Conflict, InvalidRequest } from "../Kernel/Errors.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { canonicalJson } from "../Kernel/Json.js"
 
-export interface Scope {
-  readonly tenantId: string
-  readonly environment: string
-  readonly actor: string
-  readonly method: string
-  readonly path: string
-  readonly key: string
-}
-
-export interface StoredResponse {
-  readonly status: number
-  readonly headers: Record<string, string>
-  readonly body: string
-}
+export type { Scope, StoredResponse }
 
 export type Begin =
   /** `takeover`: the key was reserved by a request that died without answering (it may have acted) */
@@ -64,16 +51,6 @@ export const redactSecrets = (value: unknown): unknown => {
   return value
 }
 
-interface Row {
-  readonly fingerprint: string
-  readonly state: "in_flight" | "completed"
-  readonly locked_until: Date | null
-  readonly status: number | null
-  readonly headers: Record<string, string> | null
-  readonly body: string | null
-  readonly expires_at: Date
-}
-
 /**
  * A digest of a scope (tenant and environment are stored beside it), for resources to remember
  * which idempotent request made them: a retry taking over a dead holder's reservation finds them.
@@ -83,12 +60,8 @@ export const scopeRef = (s: Scope): string =>
 
 export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
   scoped: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* IdempotencyRepo
     const config = yield* AppConfig
-
-    const where = (s: Scope) =>
-      sql`tenant_id = ${s.tenantId} AND environment = ${s.environment} AND actor = ${s.actor}
-          AND method = ${s.method} AND path = ${s.path} AND key = ${s.key}`
 
     /** Reserve the key, or say why not. */
     const begin = (s: Scope, fp: string): Effect.Effect<Begin, Conflict | InvalidRequest> =>
@@ -96,22 +69,13 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         const now = yield* Clock.currentTimeMillis
         const lockedUntil = new Date(now + config.idempotencyLockSeconds * 1000)
         const expires = new Date(now + config.idempotencyTtlSeconds * 1000)
-        const reserve = sql`
-          INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
-                                        locked_until, created_at, expires_at)
-          VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fp},
-                  'in_flight', ${lockedUntil}, ${new Date(now)}, ${expires})
-          ON CONFLICT DO NOTHING
-          RETURNING key`
         for (let attempt = 0; attempt < 3; attempt++) {
-          const inserted = yield* reserve
-          if (inserted.length > 0) return { _tag: "Proceed", takeover: false } as const
-          const [row] = yield* sql<Row>`SELECT fingerprint, state, locked_until, status, headers, body, expires_at
-                                         FROM idempotency_keys WHERE ${where(s)}`
+          if (yield* repo.reserve(s, fp, new Date(now), lockedUntil, expires)) return { _tag: "Proceed", takeover: false } as const
+          const row = yield* repo.find(s)
           if (!row) continue // released meanwhile: try again
           if (row.expires_at.getTime() <= now) {
             // Outside the replay window: the old record no longer exists for the caller.
-            yield* sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND expires_at <= ${new Date(now)}`
+            yield* repo.deleteExpired(s, new Date(now))
             continue
           }
           if (row.fingerprint !== fp) {
@@ -124,15 +88,8 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
             return { _tag: "Replay", response: { status: row.status!, headers: row.headers ?? {}, body: row.body ?? "" } } as const
           }
           if (row.locked_until !== null && row.locked_until.getTime() <= now) {
-            // The original holder died without finishing: take the reservation over. The lock is
-            // re-checked in the UPDATE (not compared for equality with the value read: a timestamp
-            // Postgres wrote has microseconds a JS Date drops, so `=` would never match); a racing
-            // taker blocks on the row and then sees the fresh lock, so only one wins.
-            const taken = yield* sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil}
-                                     WHERE ${where(s)} AND state = 'in_flight' AND fingerprint = ${fp}
-                                       AND locked_until <= ${new Date(now)}
-                                     RETURNING key`
-            if (taken.length > 0) return { _tag: "Proceed", takeover: true } as const
+            // The original holder died without finishing: take the reservation over (only one taker wins).
+            if (yield* repo.takeOver(s, fp, new Date(now), lockedUntil)) return { _tag: "Proceed", takeover: true } as const
             continue
           }
           return yield* new Conflict({
@@ -147,16 +104,9 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       }).pipe(Effect.catchTag("SqlError", Effect.die), Effect.withSpan("Idempotency.begin"))
 
     const complete = (s: Scope, response: StoredResponse) =>
-      sql`UPDATE idempotency_keys SET state = 'completed', locked_until = NULL, status = ${response.status},
-                 headers = ${JSON.stringify(response.headers)}::jsonb, body = ${response.body}
-          WHERE ${where(s)} AND state = 'in_flight'`.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("Idempotency.complete"))
+      repo.complete(s, response).pipe(Effect.orDie, Effect.withSpan("Idempotency.complete"))
 
-    const release = (s: Scope) =>
-      sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND state = 'in_flight'`.pipe(
-        Effect.asVoid,
-        Effect.orDie,
-        Effect.withSpan("Idempotency.release")
-      )
+    const release = (s: Scope) => repo.release(s).pipe(Effect.orDie, Effect.withSpan("Idempotency.release"))
 
     /**
      * Runs the work of a reserved request to its end even if the caller is interrupted (the client
@@ -173,8 +123,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      */
     const heartbeat = (s: Scope) => {
       const extend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        sql`UPDATE idempotency_keys SET locked_until = ${new Date(now + config.idempotencyLockSeconds * 1000)}
-            WHERE ${where(s)} AND state = 'in_flight'`)
+        repo.extend(s, new Date(now + config.idempotencyLockSeconds * 1000)))
       return extend.pipe(
         Effect.delay(Duration.millis((config.idempotencyLockSeconds * 1000) / 3)),
         Effect.forever,
@@ -191,11 +140,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       )
 
     /** Deletes records past the replay window. */
-    const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>
-      sql`DELETE FROM idempotency_keys WHERE expires_at <= ${new Date(now)} RETURNING key`.pipe(
-        Effect.map((r) => r.length),
-        Effect.orDie
-      ))
+    const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.orDie(repo.sweep(new Date(now))))
 
     yield* sweep.pipe(
       Effect.repeat(Schedule.spaced(`${config.sweepIntervalSeconds} seconds`)),
@@ -204,5 +149,6 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
     )
 
     return { begin, complete, release, detached, sweep } as const
-  })
+  }),
+  dependencies: [IdempotencyRepo.Default]
 }) {}

@@ -21,6 +21,7 @@ import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { Quickstart } from "../Domain/Operator.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
+import { OperatorRepo, type QuickstartRow } from "./Repo.js"
 import { type QuickstartModel, AppConfig } from "../Config/AppConfig.js"
 
 export const QUICKSTART_GREETING = "Hello from your sandbox agent. You said: {{input}}"
@@ -42,11 +43,6 @@ const profileOf = (model: QuickstartModel): CreateModelProfile =>
       credential: Redacted.value(model.apiKey)
     }
 
-interface QuickstartRow {
-  service_actor_id: string
-  workspace_id: string
-  agent_revision_id: string
-}
 const toQuickstart = (r: QuickstartRow): Quickstart => ({
   service_actor_id: r.service_actor_id,
   workspace_id: r.workspace_id,
@@ -59,17 +55,8 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
     const config = yield* AppConfig
     const platform = yield* Platform
     const agents = yield* Agents
+    const repo = yield* OperatorRepo
 
-    /** A live environment of an active tenant (the operator's view of "exists"). */
-    const live = sql`t.status = 'active' AND e.state NOT IN ('deleting', 'deleted')`
-
-    const recorded = (tenantId: string, environment: EnvironmentName) =>
-      sql<QuickstartRow>`
-        SELECT q.service_actor_id, q.workspace_id, q.agent_revision_id
-        FROM quickstarts q
-        JOIN environments e ON e.tenant_id = q.tenant_id AND e.name = q.environment
-        JOIN tenants t ON t.id = q.tenant_id
-        WHERE q.tenant_id = ${tenantId} AND q.environment = ${environment} AND ${live}`
 
     /** Makes the resources and the record; the caller holds the environment's row lock. */
     const create = (cell: CellRef) =>
@@ -85,11 +72,15 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
           tool_ids: []
         })
         const at = new Date(yield* Clock.currentTimeMillis)
-        yield* sql`
-          INSERT INTO quickstarts (tenant_id, environment, service_actor_id, workspace_id, agent_id, model_profile_id,
-                                   agent_revision_id, created_at)
-          VALUES (${cell.tenantId}, ${cell.environment}, ${actor.id}, ${workspace.id}, ${agent.id}, ${modelProfile.id},
-                  ${revision.id}, ${at})`
+        yield* repo.insertQuickstart({
+          cell,
+          serviceActorId: actor.id,
+          workspaceId: workspace.id,
+          agentId: agent.id,
+          modelProfileId: modelProfile.id,
+          agentRevisionId: revision.id,
+          at
+        })
         yield* Effect.logInfo("quickstart provisioned").pipe(Effect.annotateLogs({
           tenant_id: cell.tenantId,
           environment: cell.environment,
@@ -109,16 +100,12 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
      */
     const ensure = (tenantId: string, environment: EnvironmentName) =>
       Effect.gen(function*() {
-        const [found] = yield* recorded(tenantId, environment)
+        const found = yield* repo.quickstart(tenantId, environment)
         if (found) return toQuickstart(found)
         return yield* sql.withTransaction(Effect.gen(function*() {
-          const [env] = yield* sql<{ name: string }>`
-            SELECT e.name FROM environments e JOIN tenants t ON t.id = e.tenant_id
-            WHERE e.tenant_id = ${tenantId} AND e.name = ${environment} AND ${live}
-            FOR NO KEY UPDATE OF e`
-          if (!env) return yield* notFound("environment", "environment")
+          if (!(yield* repo.lockLiveEnvironment(tenantId, environment))) return yield* notFound("environment", "environment")
           // Under the lock: another creator may have finished while this one waited.
-          const [again] = yield* recorded(tenantId, environment)
+          const again = yield* repo.quickstart(tenantId, environment)
           if (again) return toQuickstart(again)
           return yield* create({ tenantId, environment })
         }))
@@ -128,5 +115,5 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
       ensure: (tenantId: string, environment: EnvironmentName) => dieOnSqlError(ensure(tenantId, environment))
     } as const
   }),
-  dependencies: [Platform.Default, Agents.Default]
+  dependencies: [Platform.Default, Agents.Default, OperatorRepo.Default]
 }) {}

@@ -2,30 +2,17 @@
  * Service key authentication (contract part 5). Every request reads the key from Postgres: no
  * cache can serve a revoked key, so revocation is effective on the very next request.
  */
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
-import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { Principal } from "../Kernel/Principal.js"
-import type { Scope } from "../Kernel/Scopes.js"
 import * as KeySecrets from "./KeySecrets.js"
+import { PlatformRepo } from "./Repo.js"
 
 const invalidKey = new AuthenticationFailed({ code: "invalid_api_key", message: "Invalid API key provided" })
 
-interface KeyRow {
-  readonly id: string
-  readonly tenant_id: string
-  readonly environment: EnvironmentName
-  readonly scopes: ReadonlyArray<Scope>
-  readonly kind: Principal["kind"]
-  readonly revoked_at: Date | null
-  readonly tenant_status: string
-  readonly env_state: string
-}
-
 export class Auth extends Effect.Service<Auth>()("Auth", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* PlatformRepo
 
     const authenticate = (authorization: string | undefined) =>
       Effect.gen(function*() {
@@ -38,14 +25,7 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         }
         const secret = match[1]!
         if (!KeySecrets.looksLikeKey(secret)) return yield* invalidKey
-        const rows = yield* sql<KeyRow>`
-          SELECT k.id, k.tenant_id, k.environment, k.scopes, k.kind, k.revoked_at,
-                 t.status AS tenant_status, e.state AS env_state
-          FROM api_keys k
-          JOIN tenants t ON t.id = k.tenant_id
-          JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-          WHERE k.secret_hash = ${KeySecrets.hash(secret)}`.pipe(Effect.orDie)
-        const row = rows[0]
+        const row = yield* Effect.orDie(repo.keyBySecretHash(KeySecrets.hash(secret)))
         if (!row) return yield* invalidKey
         if (row.revoked_at !== null || row.tenant_status === "deleted" || row.env_state === "deleted") {
           return yield* new AuthenticationFailed({ code: "key_revoked", message: "This API key has been revoked" })
@@ -69,5 +49,6 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
       }).pipe(Effect.withSpan("Auth.authenticate"))
 
     return { authenticate } as const
-  })
+  }),
+  dependencies: [PlatformRepo.Default]
 }) {}

@@ -1,185 +1,250 @@
-/** SQL of the platform plane. Rows in, resources out; infrastructure errors are defects. */
+/**
+ * SQL of the platform plane: tenants, environments, keys, users, service actors, tombstones,
+ * deletion jobs and the quickstart record. Rows are decoded (src/Platform/Rows.ts); the services
+ * decide, this file only reads and writes.
+ */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
+import * as Rows from "../Database/Rows.js"
 import { notFound } from "../Kernel/Errors.js"
-import { type EnvironmentName, toIso } from "../Kernel/Ids.js"
-import type { ApiKey, DeletionJob, Environment, ServiceActor, Tenant, User } from "../Domain/Platform.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
+import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
+import {
+  ApiKeyRow,
+  DeletionJobRow,
+  EnvironmentRow,
+  KeyLookupRow,
+  ServiceActorRow,
+  TenantRow,
+  UserRow
+} from "./Rows.js"
 
-export interface TenantRow { id: string; name: string; status: Tenant["status"]; created_at: Date; updated_at: Date }
-export interface EnvironmentRow {
-  id: string
-  tenant_id: string
-  name: EnvironmentName
-  state: Environment["state"]
-  /** incremented each time the environment's cell starts in some process */
-  cell_generation: number
-  created_at: Date
-  updated_at: Date
-}
-export interface ApiKeyRow {
-  id: string
-  tenant_id: string
-  environment: EnvironmentName
-  name: string
-  kind: ApiKey["kind"]
-  prefix: string
-  scopes: ReadonlyArray<Scope>
-  parent_key_id: string | null
-  service_actor_id: string | null
-  created_at: Date
-  revoked_at: Date | null
-}
-export interface UserRow {
-  id: string
-  external_id: string | null
-  display_name: string | null
-  email: string | null
-  status: "active" | "deleted"
-  created_at: Date
-  updated_at: Date
-}
-export interface ServiceActorRow { id: string; name: string; created_at: Date; updated_at: Date }
-export interface DeletionJobRow {
-  id: string
-  tenant_id: string
-  environment: string
-  resource_type: DeletionJob["resource_type"]
-  resource_id: string
-  state: DeletionJob["state"]
-  created_at: Date
-  purge_after: Date
-  started_at: Date | null
-  completed_at: Date | null
-  error: string | null
-}
-
-const iso = (d: Date | null) => (d === null ? null : toIso(d))
-
-export const toTenant = (r: TenantRow): Tenant => ({
-  id: r.id,
-  object: "tenant",
-  name: r.name,
-  status: r.status,
-  created_at: toIso(r.created_at),
-  updated_at: toIso(r.updated_at)
-})
-export const toEnvironment = (r: EnvironmentRow): Environment => ({
-  id: r.id,
-  object: "environment",
-  tenant_id: r.tenant_id,
-  name: r.name,
-  state: r.state,
-  created_at: toIso(r.created_at),
-  updated_at: toIso(r.updated_at)
-})
-export const toApiKey = (r: ApiKeyRow): ApiKey => ({
-  id: r.id,
-  object: "api_key",
-  tenant_id: r.tenant_id,
-  environment: r.environment,
-  name: r.name,
-  kind: r.kind,
-  prefix: r.prefix,
-  scopes: r.scopes,
-  status: r.revoked_at === null ? "active" : "revoked",
-  parent_key_id: r.parent_key_id,
-  service_actor_id: r.service_actor_id,
-  created_at: toIso(r.created_at),
-  revoked_at: iso(r.revoked_at)
-})
-export const toUser = (r: UserRow): User => ({
-  id: r.id,
-  object: "user",
-  external_id: r.external_id ?? "",
-  display_name: r.display_name ?? "",
-  email: r.email,
-  status: "active",
-  created_at: toIso(r.created_at),
-  updated_at: toIso(r.updated_at)
-})
-export const toServiceActor = (r: ServiceActorRow): ServiceActor => ({
-  id: r.id,
-  object: "service_actor",
-  name: r.name,
-  created_at: toIso(r.created_at),
-  updated_at: toIso(r.updated_at)
-})
-export const toDeletionJob = (r: DeletionJobRow): DeletionJob => ({
-  id: r.id,
-  object: "deletion_job",
-  resource_type: r.resource_type,
-  resource_id: r.resource_id,
-  state: r.state,
-  created_at: toIso(r.created_at),
-  purge_after: toIso(r.purge_after),
-  started_at: iso(r.started_at),
-  completed_at: iso(r.completed_at),
-  error: r.error
-})
-
-export const API_KEY_COLUMNS =
+const API_KEY_COLUMNS =
   "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
+
+const Ok = Schema.Struct({ ok: Schema.Boolean })
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const after = (cursor: string | undefined) => (cursor === undefined ? sql`TRUE` : sql`id < ${cursor}`)
+    const keyColumns = sql.literal(API_KEY_COLUMNS)
+
+    // ---- tenants and environments ------------------------------------------------------------
+    const tenant = (id: string) => sql`SELECT * FROM tenants WHERE id = ${id}`.pipe(Rows.maybe(TenantRow))
+
+    const renameTenant = (id: string, name: string, at: Date) =>
+      sql`UPDATE tenants SET name = ${name}, updated_at = ${at}
+          WHERE id = ${id} AND status = 'active' RETURNING *`.pipe(Rows.maybe(TenantRow))
+
+    /** Marks the tenant and all its environments `deleting`; false when it was not active. */
+    const markTenantDeleting = (id: string, at: Date) =>
+      Effect.gen(function*() {
+        const flipped = yield* sql`UPDATE tenants SET status = 'deleting', updated_at = ${at}
+                                   WHERE id = ${id} AND status = 'active' RETURNING id`
+        if (flipped.length === 0) return false
+        yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
+                   WHERE tenant_id = ${id} AND state <> 'deleted'`
+        return true
+      })
 
     const environment = (tenantId: string, name: string) =>
-      sql<EnvironmentRow>`SELECT * FROM environments WHERE tenant_id = ${tenantId} AND name = ${name}`.pipe(
-        Effect.map((r) => r[0])
+      sql`SELECT * FROM environments WHERE tenant_id = ${tenantId} AND name = ${name}`.pipe(Rows.maybe(EnvironmentRow))
+
+    /** Marks the environment `deleting`; its id, or undefined when it was already deleting or deleted. */
+    const markEnvironmentDeleting = (cell: CellRef, at: Date) =>
+      sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
+          WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} AND state NOT IN ('deleting', 'deleted')
+          RETURNING id`.pipe(Rows.maybe(Schema.Struct({ id: Schema.String })), Effect.map((r) => r?.id))
+
+    /** A new cell generation (each start of the environment's cell in some process): the new value. */
+    const nextCellGeneration = (cell: CellRef) =>
+      sql`UPDATE environments SET cell_generation = cell_generation + 1
+          WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment}
+          RETURNING cell_generation`.pipe(
+        Rows.maybe(Schema.Struct({ cell_generation: Schema.Number })),
+        Effect.map((r) => r?.cell_generation ?? 0)
       )
 
-    return {
-      tenant: (id: string) => sql<TenantRow>`SELECT * FROM tenants WHERE id = ${id}`.pipe(Effect.map((r) => r[0])),
-      environment,
-      /** The environment unless it does not exist or was deleted: 404 `resource_missing` (param `environment`). */
-      liveEnvironment: (tenantId: string, name: string) =>
-        Effect.flatMap(environment(tenantId, name), (row) =>
-          row !== undefined && row.state !== "deleted" ? Effect.succeed(row) : Effect.fail(notFound("environment", "environment"))),
-      apiKeys: (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
-        sql<ApiKeyRow>`SELECT ${sql.literal(API_KEY_COLUMNS)} FROM api_keys
+    // ---- keys ----------------------------------------------------------------------------------
+    /** The key a secret's hash names, with its tenant's status and environment's state (authentication). */
+    const keyBySecretHash = (hash: Uint8Array) =>
+      sql`SELECT k.id, k.tenant_id, k.environment, k.scopes, k.kind, k.revoked_at,
+                 t.status AS tenant_status, e.state AS env_state
+          FROM api_keys k
+          JOIN tenants t ON t.id = k.tenant_id
+          JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
+          WHERE k.secret_hash = ${hash}`.pipe(Rows.maybe(KeyLookupRow))
+
+    const apiKeys = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
+      sql`SELECT ${keyColumns} FROM api_keys
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND ${after(cursor)}
-          ORDER BY id DESC LIMIT ${limit + 1}`,
-      apiKey: (tenantId: string, env: string, id: string) =>
-        sql<ApiKeyRow>`SELECT ${sql.literal(API_KEY_COLUMNS)} FROM api_keys
-          WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0])),
-      users: (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
-        sql<UserRow>`SELECT * FROM users
-          WHERE tenant_id = ${tenantId} AND environment = ${env} AND status = 'active' AND ${after(cursor)}
-          ORDER BY id DESC LIMIT ${limit + 1}`,
-      user: (tenantId: string, env: string, id: string) =>
-        sql<UserRow>`SELECT * FROM users WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(
-          Effect.map((r) => r[0])
-        ),
-      serviceActors: (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
-        sql<ServiceActorRow>`SELECT * FROM service_actors
-          WHERE tenant_id = ${tenantId} AND environment = ${env} AND ${after(cursor)}
-          ORDER BY id DESC LIMIT ${limit + 1}`,
-      serviceActor: (tenantId: string, env: string, id: string) =>
-        sql<ServiceActorRow>`SELECT * FROM service_actors
-          WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0])),
-      /**
-       * Whether a run may still act: the key that created it is not revoked, its tenant is active
-       * and its environment ready, and its acting user (if any) is not deleted. One statement.
-       */
-      authorizationActive: (keyId: string, userId: string | null) =>
-        sql<{ ok: boolean }>`
-          SELECT (k.revoked_at IS NULL AND t.status = 'active' AND e.state = 'ready'
+          ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(ApiKeyRow))
+
+    const apiKey = (tenantId: string, env: string, id: string) =>
+      sql`SELECT ${keyColumns} FROM api_keys
+          WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Rows.maybe(ApiKeyRow))
+
+    /** The key, locked for a change (in the caller's transaction). */
+    const lockApiKey = (cell: CellRef, id: string) =>
+      sql`SELECT ${keyColumns} FROM api_keys
+          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND id = ${id} FOR UPDATE`
+        .pipe(Rows.maybe(ApiKeyRow))
+
+    /** Revokes the keys `roots` selects and every key derived from them (recursively). */
+    const revokeTree = (roots: "key" | "user", id: string, reason: string, at: Date) =>
+      sql`WITH RECURSIVE tree AS (
+            SELECT id FROM api_keys WHERE ${roots === "key" ? sql`id = ${id}` : sql`user_id = ${id}`}
+            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
+          )
+          UPDATE api_keys SET revoked_at = ${at}, revoked_reason = ${reason}
+          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`.pipe(Rows.none)
+
+    const insertApiKey = (k: {
+      id: string
+      cell: CellRef
+      name: string
+      kind: ApiKeyRow["kind"]
+      prefix: string
+      secretHash: Uint8Array
+      scopes: ReadonlyArray<Scope>
+      serviceActorId: string | null
+      at: Date
+    }) =>
+      sql`INSERT INTO api_keys (id, tenant_id, environment, name, kind, prefix, secret_hash, scopes, service_actor_id, created_at)
+          VALUES (${k.id}, ${k.cell.tenantId}, ${k.cell.environment}, ${k.name}, ${k.kind}, ${k.prefix}, ${k.secretHash},
+                  ${[...k.scopes] as Array<string>}::text[], ${k.serviceActorId}, ${k.at})
+          RETURNING ${keyColumns}`.pipe(Rows.single(ApiKeyRow))
+
+    /**
+     * Whether a run may still act: the key that created it is not revoked, its tenant is active and
+     * its environment ready, and its acting user (if any) is not deleted. One statement.
+     */
+    const authorizationActive = (keyId: string, userId: string | null) =>
+      sql`SELECT (k.revoked_at IS NULL AND t.status = 'active' AND e.state = 'ready'
                   AND (${userId}::text IS NULL OR EXISTS (
                     SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL))) AS ok
           FROM api_keys k
           JOIN tenants t ON t.id = k.tenant_id
           JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-          WHERE k.id = ${keyId}`.pipe(Effect.map((r) => r[0]?.ok === true)),
+          WHERE k.id = ${keyId}`.pipe(Rows.maybe(Ok), Effect.map((r) => r?.ok === true))
+
+    // ---- users, tombstones and service actors --------------------------------------------------
+    const users = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
+      sql`SELECT * FROM users
+          WHERE tenant_id = ${tenantId} AND environment = ${env} AND status = 'active' AND ${after(cursor)}
+          ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(UserRow))
+
+    const user = (tenantId: string, env: string, id: string) =>
+      sql`SELECT * FROM users WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Rows.maybe(UserRow))
+
+    /** A new active user; undefined when its external_id is taken. */
+    const insertUser = (u: {
+      id: string
+      cell: CellRef
+      externalId: string
+      displayName: string
+      email: string | null
+      at: Date
+    }) =>
+      sql`INSERT INTO users (id, tenant_id, environment, external_id, display_name, email, status, created_at, updated_at)
+          VALUES (${u.id}, ${u.cell.tenantId}, ${u.cell.environment}, ${u.externalId}, ${u.displayName}, ${u.email},
+                  'active', ${u.at}, ${u.at})
+          ON CONFLICT DO NOTHING RETURNING *`.pipe(Rows.maybe(UserRow))
+
+    /** Changes the given fields of an active user; undefined when it is not active. */
+    const updateUser = (id: string, change: { displayName?: string | undefined; email?: string | null | undefined }, at: Date) =>
+      sql`UPDATE users SET
+            display_name = COALESCE(${change.displayName ?? null}, display_name),
+            email = CASE WHEN ${change.email !== undefined} THEN ${change.email ?? null} ELSE email END,
+            updated_at = ${at}
+          WHERE id = ${id} AND status = 'active' RETURNING *`.pipe(Rows.maybe(UserRow))
+
+    /** Marks the user deleted; false when another request did first. */
+    const markUserDeleted = (id: string, at: Date) =>
+      sql`UPDATE users SET status = 'deleted', deleted_at = ${at}, updated_at = ${at}
+          WHERE id = ${id} AND status = 'active' RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
+
+    const tombstoneExists = (cell: CellRef, kind: string, key: string, at: Date) =>
+      sql`SELECT 1 FROM tombstones
+          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND kind = ${kind}
+            AND key = ${key} AND expires_at > ${at}`.pipe(Effect.map((rows) => rows.length > 0))
+
+    const writeTombstone = (t: { cell: CellRef; kind: string; key: string; resourceId: string; at: Date; expiresAt: Date }) =>
+      sql`INSERT INTO tombstones (tenant_id, environment, kind, key, resource_id, created_at, expires_at)
+          VALUES (${t.cell.tenantId}, ${t.cell.environment}, ${t.kind}, ${t.key}, ${t.resourceId}, ${t.at}, ${t.expiresAt})
+          ON CONFLICT (tenant_id, environment, kind, key) DO UPDATE SET resource_id = EXCLUDED.resource_id,
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at`.pipe(Rows.none)
+
+    const serviceActors = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
+      sql`SELECT * FROM service_actors
+          WHERE tenant_id = ${tenantId} AND environment = ${env} AND ${after(cursor)}
+          ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(ServiceActorRow))
+
+    const serviceActor = (tenantId: string, env: string, id: string) =>
+      sql`SELECT * FROM service_actors
+          WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Rows.maybe(ServiceActorRow))
+
+    const insertServiceActor = (a: { id: string; cell: CellRef; name: string; at: Date }) =>
+      sql`INSERT INTO service_actors (id, tenant_id, environment, name, created_at, updated_at)
+          VALUES (${a.id}, ${a.cell.tenantId}, ${a.cell.environment}, ${a.name}, ${a.at}, ${a.at}) RETURNING *`
+        .pipe(Rows.single(ServiceActorRow))
+
+    // ---- deletion jobs -------------------------------------------------------------------------
+    const insertDeletionJob = (j: {
+      id: string
+      cell: CellRef
+      resourceType: DeletionJobRow["resource_type"]
+      resourceId: string
+      purgeAfter: Date
+      at: Date
+    }) =>
+      sql`INSERT INTO deletion_jobs (id, tenant_id, environment, resource_type, resource_id, state, purge_after, created_at)
+          VALUES (${j.id}, ${j.cell.tenantId}, ${j.cell.environment}, ${j.resourceType}, ${j.resourceId}, 'queued',
+                  ${j.purgeAfter}, ${j.at})
+          RETURNING *`.pipe(Rows.single(DeletionJobRow))
+
+    const deletionJob = (tenantId: string, env: string, id: string) =>
+      sql`SELECT * FROM deletion_jobs WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`
+        .pipe(Rows.maybe(DeletionJobRow))
+
+    return {
+      tenant,
+      renameTenant,
+      markTenantDeleting,
+      environment,
+      /** The environment unless it does not exist or was deleted: 404 `resource_missing` (param `environment`). */
+      liveEnvironment: (tenantId: string, name: string) =>
+        Effect.flatMap(environment(tenantId, name), (row) =>
+          row !== undefined && row.state !== "deleted" ? Effect.succeed(row) : Effect.fail(notFound("environment", "environment"))),
+      markEnvironmentDeleting,
+      nextCellGeneration,
+      keyBySecretHash,
+      apiKeys,
+      apiKey,
+      lockApiKey,
+      revokeTree,
+      insertApiKey,
+      authorizationActive,
+      users,
+      user,
+      insertUser,
+      updateUser,
+      markUserDeleted,
+      tombstoneExists,
+      writeTombstone,
+      serviceActors,
+      serviceActor,
+      insertServiceActor,
+      insertDeletionJob,
+      deletionJob,
       /** The quickstart workspace of an environment (where its first key may act), if it has one. */
-      quickstartWorkspace: (tenantId: string, env: string) =>
-        sql<{ workspace_id: string }>`SELECT workspace_id FROM quickstarts
-          WHERE tenant_id = ${tenantId} AND environment = ${env}`.pipe(Effect.map((r) => r[0]?.workspace_id)),
-      deletionJob: (tenantId: string, env: string, id: string) =>
-        sql<DeletionJobRow>`SELECT * FROM deletion_jobs
-          WHERE tenant_id = ${tenantId} AND environment = ${env} AND id = ${id}`.pipe(Effect.map((r) => r[0]))
+      quickstartWorkspace: (tenantId: string, env: EnvironmentName) =>
+        sql`SELECT workspace_id FROM quickstarts WHERE tenant_id = ${tenantId} AND environment = ${env}`.pipe(
+          Rows.maybe(Schema.Struct({ workspace_id: Schema.String })),
+          Effect.map((r) => r?.workspace_id)
+        )
     } as const
   })
 }) {}

@@ -5,7 +5,6 @@
  * counts. Commands are processed through `handle`; everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
-import { SqlClient } from "@effect/sql"
 import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
@@ -22,6 +21,8 @@ export interface Cell {
 }
 
 export interface CellOptions {
+  /** A new durable generation for the cell (each restore in some process gets the next one). */
+  readonly nextGeneration: (id: CellId) => Effect.Effect<number>
   readonly rateLimit: RateLimiter.RateLimitPolicy
   readonly runs: RunConfig
   /** The run actor (its services provided): drives one run from the database. */
@@ -36,12 +37,7 @@ const restartBackoff = Schedule.exponential("200 millis").pipe(Schedule.union(Sc
 /** Restores a cell: bumps its durable generation, builds its limiter, its actor map and counters. */
 export const make = (id: CellId, options: CellOptions) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ cell_generation: number }>`
-      UPDATE environments SET cell_generation = cell_generation + 1
-      WHERE tenant_id = ${id.tenantId} AND name = ${id.environment}
-      RETURNING cell_generation`.pipe(Effect.orDie)
-    const generation = rows[0]?.cell_generation ?? 0
+    const generation = yield* options.nextGeneration(id)
     const limiter = yield* RateLimiter.make(options.rateLimit)
     const policy = RateLimiter.policyHeader(options.rateLimit)
     const lastUsed = yield* Ref.make(yield* Clock.currentTimeMillis)

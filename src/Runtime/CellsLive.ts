@@ -4,11 +4,11 @@
  * restores them, with a new generation). Each cell lives in its own child scope, so closing one
  * never touches another.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
 import { Cells, type CellsShape } from "../Cells/Cells.js"
 import { Agents } from "../Agents.js"
 import { Platform } from "../Platform.js"
+import { PlatformRepo } from "../Platform/Repo.js"
 import { Tools } from "../Tools.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
@@ -29,12 +29,13 @@ interface Entry {
 
 const make = Effect.gen(function*() {
   const config = yield* AppConfig
-  const sql = yield* SqlClient.SqlClient
+  const platform = yield* PlatformRepo
   const parent = yield* Effect.scope
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
   const repo = yield* RunsRepo
   const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
   const options: Cell.CellOptions = {
+    nextGeneration: (id) => Effect.orDie(platform.nextCellGeneration(id)),
     rateLimit: config.rateLimit,
     runs: config.runs,
     runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
@@ -58,7 +59,6 @@ const make = Effect.gen(function*() {
         const entry: Entry = { cell, scope }
         // Build outside the lock; waiters join the Deferred.
         yield* Cell.make(id, options).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
           Scope.extend(scope),
           Effect.exit,
           Effect.flatMap((exit) =>
@@ -142,6 +142,7 @@ export const CellsLive = Layer.scoped(Cells, make).pipe(
     StepEngine.Default,
     Agents.Default,
     Platform.Default,
+    PlatformRepo.Default,
     Tools.Default,
     OperationsRepo.Default,
     ApprovalsRepo.Default,

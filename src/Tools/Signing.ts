@@ -16,6 +16,7 @@ import { createHash, randomBytes } from "node:crypto"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { PlatformRepo } from "../Platform/Repo.js"
+import { SigningRepo } from "./SigningRepo.js"
 import { Secrets } from "../Crypto/Secrets.js"
 import { AppConfig } from "../Config/AppConfig.js"
 
@@ -38,17 +39,10 @@ export interface InvocationClaims {
   readonly toolId: string
 }
 
-interface KeyRow {
-  readonly kid: string
-  readonly public_jwk: JWK
-  readonly private_ciphertext: Uint8Array
-  readonly private_iv: Uint8Array
-  readonly private_tag: Uint8Array
-}
-
 export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const repo = yield* SigningRepo
     const secrets = yield* Secrets
     const platform = yield* PlatformRepo
     const config = yield* AppConfig
@@ -74,19 +68,10 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
         const publicJwk = { ...(yield* Effect.promise(() => exportJWK(publicKey))), kid, alg: "EdDSA", use: "sig" }
         const privateJwk = yield* Effect.promise(() => exportJWK(privateKey))
         const sealed = yield* secrets.encrypt(JSON.stringify(privateJwk), kid)
-        yield* sql`
-          INSERT INTO signing_keys (kid, tenant_id, environment, public_jwk, private_ciphertext, private_iv, private_tag, created_at)
-          VALUES (${kid}, ${cell.tenantId}, ${cell.environment}, ${JSON.stringify(publicJwk)}::jsonb,
-                  ${sealed.ciphertext}, ${sealed.iv}, ${sealed.tag}, ${at})
-          ON CONFLICT DO NOTHING`
+        yield* repo.insert({ kid, cell, publicJwk, sealed, at })
       })
 
-    const activeRow = (cell: CellRef) =>
-      Effect.map(
-        sql<KeyRow>`SELECT kid, public_jwk, private_ciphertext, private_iv, private_tag FROM signing_keys
-                    WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND retired_at IS NULL`,
-        (rows) => rows[0]
-      )
+    const activeRow = repo.active
 
     /** The cell's active key, made on first use (a racing maker loses on the unique index). */
     const active = (cell: CellRef) =>
@@ -149,12 +134,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
       Effect.gen(function*() {
         yield* active(cell) // a cell publishes its key before it first signs
         const now = new Date(yield* Clock.currentTimeMillis)
-        const rows = yield* sql<{ public_jwk: JWK }>`
-          SELECT public_jwk FROM signing_keys
-          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
-            AND (retired_at IS NULL OR publish_until > ${now})
-          ORDER BY created_at DESC`
-        return { keys: rows.map((r) => r.public_jwk) }
+        return { keys: yield* repo.published(cell, now) }
       })
 
     /** Retires the active key (published until its tokens expired) and makes a new one. */
@@ -163,9 +143,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
         const now = yield* Clock.currentTimeMillis
         const publishUntil = new Date(now + (config.tools.tokenSeconds + CLOCK_SKEW_SECONDS) * 1000)
         yield* sql.withTransaction(Effect.gen(function*() {
-          yield* sql`
-            UPDATE signing_keys SET retired_at = ${new Date(now)}, publish_until = ${publishUntil}
-            WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND retired_at IS NULL`
+          yield* repo.retireActive(cell, new Date(now), publishUntil)
           yield* newKey(cell, new Date(now))
         }))
         remembered.delete(`${cell.tenantId}/${cell.environment}`)
@@ -188,5 +166,5 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
       rotate: (cell: CellRef) => dieOnSqlError(rotate(cell))
     } as const
   }),
-  dependencies: [Secrets.Default, PlatformRepo.Default]
+  dependencies: [SigningRepo.Default, Secrets.Default, PlatformRepo.Default]
 }) {}

@@ -1,0 +1,105 @@
+/** SQL of the operator plane: pilot applications, tenants and environments it creates, quickstart records. */
+import { SqlClient } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import * as Rows from "../Database/Rows.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
+import type { CellRef } from "../Kernel/Principal.js"
+
+export const PilotRow = Schema.Struct({
+  id: Schema.String,
+  organization_name: Schema.String,
+  contact_email: Schema.String,
+  status: Schema.Literal("submitted", "approved", "rejected"),
+  tenant_id: Schema.NullOr(Schema.String),
+  created_at: Rows.Time
+})
+export type PilotRow = typeof PilotRow.Type
+
+export const QuickstartRow = Schema.Struct({
+  service_actor_id: Schema.String,
+  workspace_id: Schema.String,
+  agent_revision_id: Schema.String
+})
+export type QuickstartRow = typeof QuickstartRow.Type
+
+export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    /** A live environment of an active tenant (the operator's view of "exists"). */
+    const live = sql`t.status = 'active' AND e.state NOT IN ('deleting', 'deleted')`
+
+    const insertPilot = (p: { id: string; organizationName: string; contactEmail: string; at: Date }) =>
+      sql`INSERT INTO pilot_applications (id, organization_name, contact_email, status, created_at)
+          VALUES (${p.id}, ${p.organizationName}, ${p.contactEmail}, 'submitted', ${p.at}) RETURNING *`
+        .pipe(Rows.single(PilotRow))
+
+    const pilot = (id: string) => sql`SELECT * FROM pilot_applications WHERE id = ${id}`.pipe(Rows.maybe(PilotRow))
+
+    const lockPilot = (id: string) =>
+      sql`SELECT * FROM pilot_applications WHERE id = ${id} FOR UPDATE`.pipe(Rows.maybe(PilotRow))
+
+    /** The tenant of an approved application with its `sandbox` environment in `provisioning`. */
+    const createTenant = (t: { pilotId: string; tenantId: string; environmentId: string; name: string; at: Date }) =>
+      Effect.all([
+        sql`INSERT INTO tenants (id, name, status, created_at, updated_at)
+            VALUES (${t.tenantId}, ${t.name}, 'active', ${t.at}, ${t.at})`,
+        sql`INSERT INTO environments (tenant_id, name, id, state, created_at, updated_at)
+            VALUES (${t.tenantId}, 'sandbox', ${t.environmentId}, 'provisioning', ${t.at}, ${t.at})`,
+        sql`UPDATE pilot_applications SET status = 'approved', tenant_id = ${t.tenantId}, decided_at = ${t.at}
+            WHERE id = ${t.pilotId}`
+      ], { discard: true })
+
+    /** `provisioning` -> `ready` once the cell's resources exist. */
+    const markReady = (cell: CellRef, at: Date) =>
+      sql`UPDATE environments SET state = 'ready', updated_at = ${at}
+          WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} AND state = 'provisioning'`.pipe(Rows.none)
+
+    /** The environment's state when it is an environment of an active tenant. */
+    const environmentState = (cell: CellRef) =>
+      sql`SELECT e.state FROM environments e JOIN tenants t ON t.id = e.tenant_id
+          WHERE e.tenant_id = ${cell.tenantId} AND e.name = ${cell.environment} AND t.status = 'active'`
+        .pipe(Rows.maybe(Schema.Struct({ state: Schema.String })), Effect.map((r) => r?.state))
+
+    const quickstart = (tenantId: string, environment: EnvironmentName) =>
+      sql`SELECT q.service_actor_id, q.workspace_id, q.agent_revision_id
+          FROM quickstarts q
+          JOIN environments e ON e.tenant_id = q.tenant_id AND e.name = q.environment
+          JOIN tenants t ON t.id = q.tenant_id
+          WHERE q.tenant_id = ${tenantId} AND q.environment = ${environment} AND ${live}`.pipe(Rows.maybe(QuickstartRow))
+
+    /**
+     * Locks a live environment against concurrent quickstart makers (`FOR NO KEY UPDATE`, which does
+     * not block inserts that merely reference it); false when there is no such environment.
+     */
+    const lockLiveEnvironment = (tenantId: string, environment: EnvironmentName) =>
+      sql`SELECT e.name FROM environments e JOIN tenants t ON t.id = e.tenant_id
+          WHERE e.tenant_id = ${tenantId} AND e.name = ${environment} AND ${live}
+          FOR NO KEY UPDATE OF e`.pipe(Effect.map((rows) => rows.length > 0))
+
+    const insertQuickstart = (q: {
+      cell: CellRef
+      serviceActorId: string
+      workspaceId: string
+      agentId: string
+      modelProfileId: string
+      agentRevisionId: string
+      at: Date
+    }) =>
+      sql`INSERT INTO quickstarts (tenant_id, environment, service_actor_id, workspace_id, agent_id, model_profile_id,
+                                   agent_revision_id, created_at)
+          VALUES (${q.cell.tenantId}, ${q.cell.environment}, ${q.serviceActorId}, ${q.workspaceId}, ${q.agentId},
+                  ${q.modelProfileId}, ${q.agentRevisionId}, ${q.at})`.pipe(Rows.none)
+
+    return {
+      insertPilot,
+      pilot,
+      lockPilot,
+      createTenant,
+      markReady,
+      environmentState,
+      quickstart,
+      lockLiveEnvironment,
+      insertQuickstart
+    } as const
+  })
+}) {}
