@@ -14,7 +14,7 @@ import type { Principal } from "./Kernel/Principal.js"
 import { idempotencyOf } from "./Kernel/RequestContext.js"
 import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Kernel/Cursor.js"
-import { type Commit, RunsRepo } from "./Runs/Repo.js"
+import { type Commit, RunStore } from "./Runs/RunStore.js"
 import { StartRun } from "./Cells/Protocol.js"
 import { Cells } from "./Cells/Cells.js"
 import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
@@ -22,7 +22,7 @@ import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   effect: Effect.gen(function*() {
     const repo = yield* ApprovalsRepo
-    const runs = yield* RunsRepo
+    const runs = yield* RunStore
     const actors = yield* ActorSessions
     const cells = yield* Cells
 
@@ -99,5 +99,5 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         dieOnSqlError(decide(p, id, token, body))
     } as const
   }),
-  dependencies: [ApprovalsRepo.Default, RunsRepo.Default, ActorSessions.Default]
+  dependencies: [ApprovalsRepo.Default, ActorSessions.Default]
 }) {}

@@ -19,7 +19,7 @@ import { pipeline } from "./Edge/Pipeline.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { Runs } from "./Runs.js"
 import { EventBus } from "./Runs/EventBus.js"
-import { RunsRepo } from "./Runs/Repo.js"
+import { RunStoreSql } from "./Runs/Repo.js"
 import { ConversationsLive, EventsLive, RunsLive } from "./Runs/Http.js"
 import { UsageLive } from "./Usage/Http.js"
 import { UsageReports } from "./Usage.js"
@@ -79,7 +79,6 @@ export const ServicesLive = Layer.mergeAll(
   Idempotency.Default,
   Runs.Default,
   UsageReports.Default,
-  RunsRepo.Default,
   EventBus.Default,
   Deletions.Default,
   OperatorToken.Default,
@@ -91,7 +90,7 @@ export const ServicesLive = Layer.mergeAll(
   ApprovalsRepo.Default,
   EnvironmentSettings.Default,
   Invoker.Default
-).pipe(Layer.provideMerge(CellsLive))
+).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
 /** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the

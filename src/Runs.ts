@@ -14,7 +14,7 @@ import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
 import { isTerminal, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { EventBus } from "./Runs/EventBus.js"
-import * as Repo from "./Runs/Repo.js"
+import * as Repo from "./Runs/RunStore.js"
 import { eventStream } from "./Runs/Stream.js"
 import { Cells } from "./Cells/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
@@ -47,7 +47,7 @@ export interface StreamRequest {
 
 export class Runs extends Effect.Service<Runs>()("Runs", {
   effect: Effect.gen(function*() {
-    const repo = yield* Repo.RunsRepo
+    const repo = yield* Repo.RunStore
     const bus = yield* EventBus
     const cells = yield* Cells
     const config = yield* AppConfig
@@ -212,7 +212,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           })
         }
         if (row.status !== "cancel_requested") {
-          yield* repo.commit(runId, { trigger: Trigger.Cancel() })
+          yield* repo.commitAll(runId, [{ trigger: Trigger.Cancel() }])
         }
         // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
         const after = Option.getOrThrow(yield* repo.run(runId))
@@ -253,7 +253,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       })
 
     /** Opens an SSE stream slot or fails with 429 `stream_limit_reached` (contract part 8). */
-    const streamContext = yield* Effect.context<Repo.RunsRepo | EventBus | Cells | AppConfig | Platform>()
+    const streamContext = yield* Effect.context<Repo.RunStore | EventBus | Cells | AppConfig | Platform>()
 
     /**
      * The run's events as an SSE body (D8), after `Last-Event-ID` or `cursor`; takes one of the
@@ -293,7 +293,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [Repo.RunsRepo.Default, EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default]
+  dependencies: [EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default]
 }) {}
 
 export type { RunEvent }

@@ -1,6 +1,6 @@
 /**
  * SQL of approvals (D9). The run actor and the decision handler write them inside the run's commit
- * (RunsRepo.commitAll `also`), so an approval, its run's status and its events change together.
+ * (RunStore.commitAll `also`), so an approval, its run's status and its events change together.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"

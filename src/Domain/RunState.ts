@@ -95,6 +95,9 @@ export const Trigger = Data.taggedEnum<Trigger>()
 
 type TriggerTag = Trigger["_tag"]
 
+/** A time the run records when a transition happens. */
+export type Stamp = "started_at" | "completed_at"
+
 /** A row of the table: from these states, this trigger leads to `to` (or stays) and emits `event`. */
 export interface Row {
   readonly trigger: TriggerTag
@@ -102,13 +105,15 @@ export interface Row {
   /** The new status; `"same"` keeps the current one. */
   readonly to: RunStatus | "same"
   readonly event: EventType
+  /** Times this transition stamps (`completed_at` is stamped by every transition into a terminal status). */
+  readonly stamps?: ReadonlyArray<Stamp>
 }
 
 const ACTIVE = ["queued", "running", "requires_action"] as const satisfies ReadonlyArray<RunStatus>
 
 /** Every transition of contract 3.1, D7 and D8. Anything not listed is refused. */
 export const TABLE: ReadonlyArray<Row> = [
-  { trigger: "Start", from: ["queued"], to: "running", event: "run.started" },
+  { trigger: "Start", from: ["queued"], to: "running", event: "run.started", stamps: ["started_at"] },
   { trigger: "Message", from: ["running"], to: "same", event: "run.message" },
   { trigger: "ToolCallStarted", from: ["running"], to: "same", event: "run.tool_call.started" },
   // A tool call already under way when cancel was requested still records how it ended.
@@ -135,9 +140,13 @@ export class TransitionRefused extends Data.TaggedError("TransitionRefused")<{
 
 export interface Transition {
   readonly status: RunStatus
+  /** Whether the status changes (the event then reports the new status and reason). */
+  readonly changed: boolean
   /** The `status_reason` to store with the new status (null for statuses without one). */
   readonly reason: string | null
   readonly event: EventType
+  /** The times to stamp with the commit's time. */
+  readonly stamps: ReadonlyArray<Stamp>
 }
 
 const reasonOf = (trigger: Trigger): string | null => {
@@ -160,8 +169,15 @@ const reasonOf = (trigger: Trigger): string | null => {
 export const transition = (status: RunStatus, trigger: Trigger): Either.Either<Transition, TransitionRefused> => {
   const row = TABLE.find((r) => r.trigger === trigger._tag && r.from.includes(status))
   if (!row) return Either.left(new TransitionRefused({ status, trigger: trigger._tag }))
-  if (row.to === "same") return Either.right({ status, reason: null, event: row.event })
-  return Either.right({ status: row.to, reason: reasonOf(trigger), event: row.event })
+  const stamps = row.stamps ?? []
+  if (row.to === "same") return Either.right({ status, changed: false, reason: null, event: row.event, stamps })
+  return Either.right({
+    status: row.to,
+    changed: row.to !== status,
+    reason: reasonOf(trigger),
+    event: row.event,
+    stamps: isTerminal(row.to) ? [...stamps, "completed_at"] : stamps
+  })
 }
 
 /** Whether a cancel request is accepted (202) in this state: D7 refuses terminal runs (409). */

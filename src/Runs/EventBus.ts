@@ -12,12 +12,12 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Queue, Schedule, Stream } from "effect"
-import { RunsRepo, type EventRow } from "./Repo.js"
+import { type EventRow, RunStore } from "./RunStore.js"
 
 export class EventBus extends Effect.Service<EventBus>()("EventBus", {
   scoped: Effect.gen(function*() {
     const pg = yield* PgClient.PgClient
-    const repo = yield* RunsRepo
+    const repo = yield* RunStore
     const subscribers = new Map<string, Set<Queue.Queue<EventRow>>>()
 
     const deliver = (payload: string) =>
@@ -72,6 +72,5 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
       )
 
     return { subscribe } as const
-  }),
-  dependencies: [RunsRepo.Default]
+  })
 }) {}

@@ -19,7 +19,7 @@ import { Cells } from "../Cells/Cells.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Platform } from "../Platform.js"
 import { EventBus } from "./EventBus.js"
-import { type EventRow, RunsRepo, toEvent } from "./Repo.js"
+import { type EventRow, RunStore, toEvent } from "./RunStore.js"
 
 const END = Symbol("end")
 const PAGE = 500
@@ -32,7 +32,7 @@ export const frame = (row: EventRow): string =>
 
 export const eventStream = (p: Principal, runId: string, after: number) =>
   Stream.unwrapScoped(Effect.gen(function*() {
-    const repo = yield* RunsRepo
+    const repo = yield* RunStore
     const platform = yield* Platform
     const bus = yield* EventBus
     const cells = yield* Cells

@@ -12,7 +12,7 @@ import { PlatformRepo } from "../Platform/Repo.js"
 import { Tools } from "../Tools.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
-import { RunsRepo } from "../Runs/Repo.js"
+import { RunStore } from "../Runs/RunStore.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
@@ -32,8 +32,8 @@ const make = Effect.gen(function*() {
   const platform = yield* PlatformRepo
   const parent = yield* Effect.scope
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
-  const repo = yield* RunsRepo
-  const actorContext = yield* Effect.context<RunsRepo | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
+  const repo = yield* RunStore
+  const actorContext = yield* Effect.context<RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
   const options: Cell.CellOptions = {
     nextGeneration: (id) => Effect.orDie(platform.nextCellGeneration(id)),
     rateLimit: config.rateLimit,
@@ -138,7 +138,6 @@ const make = Effect.gen(function*() {
 /** The cells of this process, with the services their run actors drive. */
 export const CellsLive = Layer.scoped(Cells, make).pipe(
   Layer.provide([
-    RunsRepo.Default,
     StepEngine.Default,
     Agents.Default,
     Platform.Default,

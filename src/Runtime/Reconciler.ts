@@ -7,7 +7,7 @@
  */
 import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
 import { Trigger } from "../Domain/RunState.js"
-import { RunsRepo } from "../Runs/Repo.js"
+import { RunStore } from "../Runs/RunStore.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { reconciliationUrl, Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
@@ -18,7 +18,7 @@ import { actorOf, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
   const operations = yield* OperationsRepo
-  const runs = yield* RunsRepo
+  const runs = yield* RunStore
   const tools = yield* Tools
   const invoker = yield* Invoker
   const cells = yield* Cells

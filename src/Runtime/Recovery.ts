@@ -4,12 +4,12 @@
  * RunActor). Runs waiting for an approval have no actor until the decision or the expiry.
  */
 import { Effect, Layer } from "effect"
-import { RunsRepo } from "../Runs/Repo.js"
+import { RunStore } from "../Runs/RunStore.js"
 import { Cells } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 
 export const recoverRuns = Effect.gen(function*() {
-  const repo = yield* RunsRepo
+  const repo = yield* RunStore
   const cells = yield* Cells
   const open = yield* Effect.orDie(repo.openRuns)
   yield* Effect.forEach(

@@ -3,7 +3,7 @@
  *
  * It keeps nothing the database does not have: started again (after a defect, a restart or a
  * crash) it reads the run and its conversation and continues from the last committed step. Each
- * step commits its event, conversation items and usage records together (RunsRepo.commitAll), and
+ * step commits its event, conversation items and usage records together (RunStore.commitAll), and
  * every change of status goes through the state machine under the run's row lock, so the actor and
  * a concurrent cancel request cannot both win.
  *
@@ -22,7 +22,7 @@ import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
 import { StepEngine } from "../Models/StepEngine.js"
-import { type Commit, RunsRepo, type RunRow } from "../Runs/Repo.js"
+import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
 import * as ToolCalls from "./ToolCalls.js"
@@ -65,7 +65,7 @@ export interface ActorOptions {
 
 export const run = (runId: string, options: ActorOptions) =>
   Effect.gen(function*() {
-    const repo = yield* RunsRepo
+    const repo = yield* RunStore
     const engine = yield* StepEngine
     const agents = yield* Agents
     const platform = yield* Platform

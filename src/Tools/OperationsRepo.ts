@@ -1,6 +1,6 @@
 /**
  * Dispatched writes (`tool_operations`) in Postgres. The run actor writes them inside the run's
- * commit (RunsRepo.commitAll `also`), so a write's record, its run's status and its events change
+ * commit (RunStore.commitAll `also`), so a write's record, its run's status and its events change
  * together.
  */
 import { SqlClient } from "@effect/sql"

@@ -1,0 +1,171 @@
+/**
+ * The run store in memory: the same contract as the Postgres store (src/Runs/RunStore.ts), for
+ * unit tests of the run actor that run in milliseconds on TestClock. Commits are serialised by a
+ * one-permit semaphore (the row lock's stand-in) and planned by the same pure `plan`; a commit's
+ * `also` writes run before anything is applied, so a failing one leaves the run as it was.
+ */
+import { Clock, Effect, Either, Layer, Option } from "effect"
+import * as RunState from "../Domain/RunState.js"
+import { makeId } from "../Kernel/Ids.js"
+import { plan } from "./Commit.js"
+import {
+  type Admission,
+  type Commit,
+  type ConversationRow,
+  type EventRow,
+  type RunRow,
+  RunStore,
+  type RunStoreShape,
+  type UsageRecordInput
+} from "./RunStore.js"
+
+export interface MemoryRunStore extends RunStoreShape {
+  /** Usage records written so far, in order (with the run they belong to). */
+  readonly usageRecords: Effect.Effect<ReadonlyArray<UsageRecordInput & { readonly run_id: string }>>
+}
+
+export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
+  const lock = yield* Effect.makeSemaphore(1)
+  const conversations = new Map<string, ConversationRow>()
+  const runs = new Map<string, RunRow>()
+  const events = new Map<string, Array<EventRow>>()
+  const positions = new Map<string, { run_id: string; sequence: number }>()
+  const items = new Map<string, Array<unknown>>()
+  const usage: Array<UsageRecordInput & { run_id: string }> = []
+  const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+  const addEvent = (row: EventRow) => {
+    const list = events.get(row.run_id) ?? []
+    list.push(row)
+    events.set(row.run_id, list)
+    positions.set(row.id, { run_id: row.run_id, sequence: row.sequence })
+  }
+  const addItems = (conversationId: string, added: ReadonlyArray<unknown>) => {
+    const list = items.get(conversationId) ?? []
+    list.push(...added)
+    items.set(conversationId, list)
+  }
+
+  const admit = (a: Admission) =>
+    lock.withPermits(1)(Effect.gen(function*() {
+      const busy = [...runs.values()].some((r) => r.conversation_id === a.conversation_id && !RunState.isTerminal(r.status))
+      if (busy) return Option.none<string>()
+      const eventId = yield* makeId("evt")
+      runs.set(a.id, {
+        id: a.id,
+        tenant_id: a.tenant_id,
+        environment: a.environment,
+        workspace_id: a.workspace_id,
+        conversation_id: a.conversation_id,
+        agent_revision_id: a.agent_revision_id,
+        key_id: a.key_id,
+        user_id: a.user_id,
+        idempotency_ref: a.idempotency_ref,
+        status: "queued",
+        status_reason: null,
+        input: a.input,
+        output: null,
+        required_action: null,
+        input_tokens: 0,
+        output_tokens: 0,
+        model_calls: 0,
+        tool_calls: 0,
+        last_sequence: 1,
+        created_at: a.created_at,
+        started_at: null,
+        completed_at: null,
+        start_deadline_at: a.start_deadline_at,
+        execution_deadline_at: null,
+        authorization_expires_at: a.authorization_expires_at,
+        last_event_id: eventId
+      })
+      addEvent({ id: eventId, run_id: a.id, sequence: 1, type: "run.queued", data: { status: "queued" }, created_at: a.created_at })
+      addItems(a.conversation_id, [a.item])
+      return Option.some(eventId)
+    }))
+
+  const commitAll = (runId: string, commits: ReadonlyArray<Commit>) =>
+    lock.withPermits(1)(Effect.gen(function*() {
+      const locked = runs.get(runId)
+      if (!locked) return Either.left(new RunState.TransitionRefused({ status: "queued", trigger: commits[0]!.trigger._tag }))
+      const at = yield* now
+      const planned = plan(locked, commits, at)
+      if (Either.isLeft(planned)) return Either.left(planned.left)
+      const p = planned.right
+      for (const c of commits) if (c.also !== undefined) yield* c.also
+      const written: Array<EventRow> = []
+      for (const e of p.events) {
+        const row: EventRow = { id: yield* makeId("evt"), run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at }
+        addEvent(row)
+        written.push(row)
+      }
+      runs.set(runId, {
+        ...locked,
+        status: p.status,
+        status_reason: p.reason,
+        last_sequence: p.lastSequence,
+        input_tokens: locked.input_tokens + p.added.inputTokens,
+        output_tokens: locked.output_tokens + p.added.outputTokens,
+        model_calls: locked.model_calls + p.added.modelCalls,
+        tool_calls: locked.tool_calls + p.added.toolCalls,
+        started_at: p.startedAt,
+        completed_at: p.completedAt,
+        execution_deadline_at: p.executionDeadlineAt,
+        output: p.output === undefined ? locked.output : p.output,
+        required_action: p.requiredAction === undefined ? locked.required_action : p.requiredAction,
+        last_event_id: written.at(-1)?.id ?? locked.last_event_id
+      })
+      addItems(locked.conversation_id, p.items)
+      for (const u of p.usage) usage.push({ ...u, run_id: runId })
+      return Either.right({ status: p.status, events: written as ReadonlyArray<EventRow> })
+    }))
+
+  const run = (id: string) => Effect.sync(() => Option.fromNullable(runs.get(id)))
+
+  return {
+    conversation: (tenantId, environment, id) =>
+      Effect.sync(() =>
+        Option.filter(Option.fromNullable(conversations.get(id)), (c) => c.tenant_id === tenantId && c.environment === environment)
+      ),
+    insertConversation: (row) =>
+      Effect.map(now, (at) => {
+        const inserted: ConversationRow = {
+          id: row.id,
+          tenant_id: row.tenant_id,
+          environment: row.environment,
+          workspace_id: row.workspace_id,
+          agent_revision_id: row.agent_revision_id,
+          created_at: at
+        }
+        conversations.set(row.id, inserted)
+        return inserted
+      }),
+    run,
+    runOfCell: (tenantId, environment, id) =>
+      Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment)),
+    runOfRequest: (tenantId, environment, ref, since) =>
+      Effect.sync(() =>
+        Option.fromNullable(
+          [...runs.values()]
+            .filter((r) => r.tenant_id === tenantId && r.environment === environment && r.idempotency_ref === ref && r.created_at > since)
+            .sort((a, b) => b.created_at.getTime() - a.created_at.getTime())[0]
+        )
+      ),
+    admit,
+    commitAll,
+    items: (conversationId) => Effect.sync(() => [...(items.get(conversationId) ?? [])]),
+    eventPosition: (eventId) => Effect.sync(() => Option.fromNullable(positions.get(eventId))),
+    eventsAfter: (runId, afterSequence, limit) =>
+      Effect.sync(() => (events.get(runId) ?? []).filter((e) => e.sequence > afterSequence).slice(0, limit)),
+    openRuns: Effect.sync(() =>
+      [...runs.values()]
+        .filter((r) => !RunState.isTerminal(r.status))
+        .sort((a, b) => (a.id < b.id ? -1 : 1))
+        .map((r) => ({ id: r.id, tenant_id: r.tenant_id, environment: r.environment }))
+    ),
+    usageRecords: Effect.sync(() => [...usage])
+  }
+})
+
+/** An empty run store in memory. */
+export const RunStoreMemory: Layer.Layer<RunStore> = Layer.effect(RunStore, make)
