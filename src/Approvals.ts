@@ -73,7 +73,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
           ...(run._tag === "Some" && run.value.execution_deadline_at !== null
             ? { executionDeadlineAt: new Date(at.getTime() + Math.max(0, run.value.execution_deadline_at.getTime() - approval.created_at.getTime())) }
             : {}),
-          also: repo.decideApproval(approval.id, status, at, actor, reason, ref ?? null)
+          also: repo.transition({ id: approval.id }, { _tag: "Decide", decision: body.decision }, at, { by: actor, reason, ref: ref ?? null })
         }]
         if (status === "denied") {
           const error = { type: "denied", message: "A person denied this write", ...(reason === null ? {} : { reason }) }

@@ -5,13 +5,13 @@
  * the user's input in one transaction, then asks the cell to start the run's actor. If this process
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
-import { Clock, Duration, Effect, Option, Queue, Stream } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Schema, Stream } from "effect"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { idempotencyOf, setResponseHeader } from "./Kernel/RequestContext.js"
 import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
-import { isTerminal, Trigger } from "./Domain/RunState.js"
+import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { EventBus } from "./Runs/EventBus.js"
 import * as Repo from "./Runs/RunStore.js"
@@ -44,6 +44,8 @@ export interface StreamRequest {
   readonly lastEventId: string | undefined
   readonly cursor: string | undefined
 }
+
+const isRunStatus = Schema.is(RunStatus)
 
 export class Runs extends Effect.Service<Runs>()("Runs", {
   effect: Effect.gen(function*() {
@@ -111,7 +113,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const current = yield* repo.run(runId)
         if (Option.isSome(current) && isTerminal(current.value.status)) return current.value
         yield* Queue.take(events).pipe(
-          Effect.repeat({ until: (e) => e.type !== "run.reconciled" && e.data.status !== undefined && isTerminal(e.data.status as any) }),
+          Effect.repeat({ until: (e) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) }),
           Effect.timeout(Duration.seconds(seconds)),
           Effect.option
         )

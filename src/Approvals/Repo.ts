@@ -1,32 +1,42 @@
 /**
  * SQL of approvals (D9). The run actor and the decision handler write them inside the run's commit
  * (RunStore.commitAll `also`), so an approval, its run's status and its events change together.
+ * Status changes go through one write, `transition`, guarded by the domain's table.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
-import type { Approval } from "../Domain/Approvals.js"
-import { toIso } from "../Kernel/Ids.js"
+import { Effect, Schema } from "effect"
+import * as Rows from "../Database/Rows.js"
+import { type Approval, type ApprovalEvent, ApprovalStatus, approvalTransition } from "../Domain/Approvals.js"
+import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 
-export interface ApprovalRow {
-  readonly id: string
-  readonly tenant_id: string
-  readonly environment: string
-  readonly run_id: string
-  readonly tool_call_id: string
-  readonly tool_id: string
-  readonly operation: { tool_id: string; connection_id: string; name: string; effect: "write" }
-  readonly input: unknown
-  readonly destination_url: string
-  readonly agent_revision_id: string
-  readonly status: "pending" | "approved" | "denied" | "expired"
-  readonly reason: string | null
-  readonly decided_by: { type: "user"; id: string } | null
-  readonly created_at: Date
-  readonly expires_at: Date
-  readonly decided_at: Date | null
+const UserRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
+
+export const ApprovalRow = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  environment: EnvironmentName,
+  run_id: Schema.String,
+  tool_call_id: Schema.String,
+  tool_id: Schema.String,
+  operation: Schema.Struct({
+    tool_id: Schema.String,
+    connection_id: Schema.String,
+    name: Schema.String,
+    effect: Schema.Literal("write")
+  }),
+  input: Schema.Unknown,
+  destination_url: Schema.String,
+  agent_revision_id: Schema.String,
+  status: ApprovalStatus,
+  reason: Schema.NullOr(Schema.String),
+  decided_by: Schema.NullOr(UserRef),
+  created_at: Rows.Time,
+  expires_at: Rows.Time,
+  decided_at: Rows.TimeOrNull,
   /** digest of the idempotency scope of the request that decided it (migration 0008) */
-  readonly decided_ref: string | null
-}
+  decided_ref: Schema.NullOr(Schema.String)
+})
+export type ApprovalRow = typeof ApprovalRow.Type
 
 export const toApproval = (r: ApprovalRow): Approval => ({
   id: r.id,
@@ -45,51 +55,50 @@ export const toApproval = (r: ApprovalRow): Approval => ({
   decided_at: r.decided_at === null ? null : toIso(r.decided_at)
 })
 
+export type NewApproval = Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at" | "decided_ref">
+
 export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
     const approvalFor = (runId: string, toolCallId: string) =>
-      Effect.map(
-        sql<ApprovalRow>`SELECT * FROM approvals WHERE run_id = ${runId} AND tool_call_id = ${toolCallId}`,
-        (rows) => rows[0]
-      )
+      sql`SELECT * FROM approvals WHERE run_id = ${runId} AND tool_call_id = ${toolCallId}`.pipe(Rows.maybe(ApprovalRow))
 
     const approval = (tenantId: string, environment: string, id: string) =>
-      Effect.map(
-        sql<ApprovalRow>`SELECT * FROM approvals WHERE id = ${id} AND tenant_id = ${tenantId} AND environment = ${environment}`,
-        (rows) => rows[0]
-      )
+      sql`SELECT * FROM approvals WHERE id = ${id} AND tenant_id = ${tenantId} AND environment = ${environment}`
+        .pipe(Rows.maybe(ApprovalRow))
 
-    const insertApproval = (a: Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at" | "decided_ref">) =>
+    const insertApproval = (a: NewApproval) =>
       sql`INSERT INTO approvals (id, tenant_id, environment, run_id, tool_call_id, tool_id, operation, input,
                                  destination_url, agent_revision_id, status, created_at, expires_at)
           VALUES (${a.id}, ${a.tenant_id}, ${a.environment}, ${a.run_id}, ${a.tool_call_id}, ${a.tool_id},
                   ${JSON.stringify(a.operation)}::jsonb, ${JSON.stringify(a.input)}::jsonb, ${a.destination_url},
-                  ${a.agent_revision_id}, 'pending', ${a.created_at}, ${a.expires_at})`
+                  ${a.agent_revision_id}, 'pending', ${a.created_at}, ${a.expires_at})`.pipe(Rows.none)
 
-    const decideApproval = (
-      id: string,
-      status: "approved" | "denied" | "expired",
+    /**
+     * The one write of an approval's status: the approval `id` (or the pending approval of a run)
+     * takes the status `event` leads to, if it is still in a status the event may leave from.
+     */
+    const transition = (
+      target: { readonly id: string } | { readonly runId: string },
+      event: ApprovalEvent,
       at: Date,
-      decidedBy: { type: "user"; id: string } | null,
-      reason: string | null,
-      ref: string | null = null
-    ) =>
-      sql`UPDATE approvals SET status = ${status}, decided_at = ${at}, reason = ${reason}, decided_ref = ${ref},
-                               decided_by = ${decidedBy === null ? null : JSON.stringify(decidedBy)}::jsonb
-          WHERE id = ${id} AND status = 'pending'`
+      decision: { readonly by?: { type: "user"; id: string }; readonly reason?: string | null; readonly ref?: string | null } = {}
+    ) => {
+      const { from, to } = approvalTransition(event)
+      return sql`
+        UPDATE approvals SET status = ${to}, decided_at = ${at},
+          reason = ${decision.reason === undefined ? sql`reason` : decision.reason},
+          decided_by = ${decision.by === undefined ? sql`decided_by` : sql`${JSON.stringify(decision.by)}::jsonb`},
+          decided_ref = ${decision.ref === undefined ? sql`decided_ref` : decision.ref}
+        WHERE ${"id" in target ? sql`id = ${target.id}` : sql`run_id = ${target.runId}`} AND status IN ${sql.in([...from])}`
+        .pipe(Rows.none)
+    }
 
     /** The run's pending approval, if any. */
     const pendingOf = (runId: string) =>
-      Effect.map(
-        sql<ApprovalRow>`SELECT * FROM approvals WHERE run_id = ${runId} AND status = 'pending' ORDER BY created_at LIMIT 1`,
-        (rows) => rows[0]
-      )
-
-    /** Pending approvals of a run (at most one at a time), e.g. to expire them with the run. */
-    const expirePending = (runId: string, at: Date) =>
-      sql`UPDATE approvals SET status = 'expired', decided_at = ${at} WHERE run_id = ${runId} AND status = 'pending'`
+      sql`SELECT * FROM approvals WHERE run_id = ${runId} AND status = 'pending' ORDER BY created_at LIMIT 1`
+        .pipe(Rows.maybe(ApprovalRow))
 
     const listApprovals = (
       tenantId: string,
@@ -98,13 +107,12 @@ export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRep
       limit: number,
       filter: { status?: string | undefined; run_id?: string | undefined }
     ) =>
-      sql<ApprovalRow>`
-        SELECT * FROM approvals WHERE tenant_id = ${tenantId} AND environment = ${environment}
-        ${filter.status === undefined ? sql`` : sql`AND status = ${filter.status}`}
-        ${filter.run_id === undefined ? sql`` : sql`AND run_id = ${filter.run_id}`}
-        ${after === undefined ? sql`` : sql`AND id < ${after}`}
-        ORDER BY id DESC LIMIT ${limit + 1}`
+      sql`SELECT * FROM approvals WHERE tenant_id = ${tenantId} AND environment = ${environment}
+          ${filter.status === undefined ? sql`` : sql`AND status = ${filter.status}`}
+          ${filter.run_id === undefined ? sql`` : sql`AND run_id = ${filter.run_id}`}
+          ${after === undefined ? sql`` : sql`AND id < ${after}`}
+          ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(ApprovalRow))
 
-    return { approvalFor, approval, insertApproval, decideApproval, pendingOf, expirePending, listApprovals } as const
+    return { approvalFor, approval, insertApproval, transition, pendingOf, listApprovals } as const
   })
 }) {}

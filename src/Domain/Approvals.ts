@@ -38,3 +38,33 @@ export const ApprovalDecision = Schema.Struct({
   decision: Schema.Literal("approve", "deny"),
   reason: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
 }).annotations({ identifier: "ApprovalDecision" })
+
+// ---- the life of an approval, as data -------------------------------------------------------
+
+export type ApprovalStatus = typeof ApprovalStatus.Type
+
+/** What can happen to an approval: a person decides it, or its time runs out (with its run's). */
+export type ApprovalEvent =
+  | { readonly _tag: "Decide"; readonly decision: "approve" | "deny" }
+  | { readonly _tag: "Expire" }
+
+/** Every transition of an approval; anything else is refused (a decided or expired approval stays so). */
+export const APPROVAL_TRANSITIONS: ReadonlyArray<{
+  readonly from: ApprovalStatus
+  readonly event: ApprovalEvent["_tag"]
+  readonly decision?: "approve" | "deny"
+  readonly to: ApprovalStatus
+}> = [
+  { from: "pending", event: "Decide", decision: "approve", to: "approved" },
+  { from: "pending", event: "Decide", decision: "deny", to: "denied" },
+  { from: "pending", event: "Expire", to: "expired" }
+]
+
+const matches = (event: ApprovalEvent) => (t: (typeof APPROVAL_TRANSITIONS)[number]) =>
+  t.event === event._tag && (event._tag !== "Decide" || t.decision === event.decision)
+
+/** The status an event leads to, and the statuses it may leave from. */
+export const approvalTransition = (event: ApprovalEvent) => {
+  const rows = APPROVAL_TRANSITIONS.filter(matches(event))
+  return { to: rows[0]!.to, from: rows.map((r) => r.from) }
+}

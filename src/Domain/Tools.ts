@@ -111,3 +111,37 @@ export const CONNECTION_TRANSITIONS: ReadonlyArray<{
 /** The connection's next status and whether tools are made, or undefined when the event does not apply. */
 export const connectionTransition = (status: ConnectionStatus, event: ConnectionEvent) =>
   CONNECTION_TRANSITIONS.find((t) => t.from === status && t.event === event._tag && t.decision === event.decision)
+
+// ---- the life of a dispatched write, as data --------------------------------------------------
+
+/** A write the run dispatched (`tool_operations`): its outcome as far as the platform knows it. */
+export const OperationStatus = Schema.Literal("dispatched", "succeeded", "failed", "not_found", "unknown")
+export type OperationStatus = typeof OperationStatus.Type
+
+/**
+ * What can happen to a dispatched write: its answer (or a reconciliation) settles it; an answer
+ * nobody can give leaves it `unknown` (the run ends `outcome_unknown`); a later reconciliation
+ * pass that learns nothing postpones it.
+ */
+export type OperationEvent =
+  | { readonly _tag: "Settle"; readonly outcome: "succeeded" | "failed" | "not_found" }
+  | { readonly _tag: "LoseOutcome" }
+  | { readonly _tag: "Postpone" }
+
+export const OPERATION_TRANSITIONS: ReadonlyArray<{
+  readonly event: OperationEvent["_tag"]
+  readonly from: ReadonlyArray<OperationStatus>
+  /** the new status; "outcome" takes the settled outcome */
+  readonly to: OperationStatus | "outcome"
+}> = [
+  { event: "Settle", from: ["dispatched", "unknown"], to: "outcome" },
+  { event: "LoseOutcome", from: ["dispatched", "unknown"], to: "unknown" },
+  { event: "Postpone", from: ["unknown"], to: "unknown" }
+]
+
+/** The status an event leads to, the statuses it may leave from, and whether it settles the write. */
+export const operationTransition = (event: OperationEvent) => {
+  const row = OPERATION_TRANSITIONS.find((t) => t.event === event._tag)!
+  const to: OperationStatus = row.to === "outcome" ? (event as Extract<OperationEvent, { _tag: "Settle" }>).outcome : row.to
+  return { to, from: row.from, settled: to !== "unknown" && to !== "dispatched" }
+}

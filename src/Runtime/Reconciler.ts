@@ -29,7 +29,7 @@ export const reconcileDue = Effect.gen(function*() {
     const run = yield* runs.run(op.run_id)
     const [tool] = yield* tools.toolRows([op.tool_id])
     if (run._tag === "None" || tool === undefined || tool.reconciliation_path === null) continue
-    const cell = { tenantId: op.tenant_id, environment: op.environment as any }
+    const cell = { tenantId: op.tenant_id, environment: op.environment }
     const answer = yield* reconcileOnce(
       invoker,
       reconciliationUrl(tool.base_url, tool.reconciliation_path, op.id),
@@ -46,7 +46,7 @@ export const reconcileDue = Effect.gen(function*() {
     const at = new Date(yield* Clock.currentTimeMillis)
     if (answer._tag !== "Settled") {
       const backoff = Math.min(config.tools.reconcileRetrySeconds * 2 ** Math.min(op.attempts, 6), 6 * 3600)
-      yield* operations.postpone(op.id, new Date(at.getTime() + backoff * 1000))
+      yield* operations.transition(op.id, { _tag: "Postpone" }, at, { nextReconcileAt: new Date(at.getTime() + backoff * 1000) })
       continue
     }
     const receipt = yield* runs.commitAll(op.run_id, [{
@@ -58,7 +58,7 @@ export const reconcileDue = Effect.gen(function*() {
         status: answer.status,
         ...(answer.output === undefined ? {} : { output: answer.output })
       },
-      also: operations.settleOperation(op.id, answer.status, at, answer.status === "succeeded" ? { output: answer.output } : {})
+      also: operations.transition(op.id, { _tag: "Settle", outcome: answer.status }, at, answer.status === "succeeded" ? { output: answer.output } : {})
     }])
     if (Either.isLeft(receipt)) yield* Effect.logWarning("reconciliation receipt refused", { operation_id: op.id })
   }

@@ -14,7 +14,7 @@ export const recoverRuns = Effect.gen(function*() {
   const open = yield* Effect.orDie(repo.openRuns)
   yield* Effect.forEach(
     open,
-    (run) => cells.send({ tenantId: run.tenant_id, environment: run.environment as any }, new StartRun({ runId: run.id })),
+    (run) => cells.send({ tenantId: run.tenant_id, environment: run.environment }, new StartRun({ runId: run.id })),
     { concurrency: 16, discard: true }
   )
   if (open.length > 0) yield* Effect.logInfo(`recovered ${open.length} unfinished run(s)`)

@@ -103,7 +103,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     const url = joinUrl(tool.base_url, tool.path)
     const body = JSON.stringify(call.input)
     const context = (operationId: string): CallContext => ({
-      cell: { tenantId: row.tenant_id, environment: row.environment as any },
+      cell: { tenantId: row.tenant_id, environment: row.environment },
       actor: actorOf(row),
       operationId,
       cellGeneration: env.cellGeneration,
@@ -229,12 +229,23 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         if (outcome._tag === "Ambiguous") return outcome
         const settledAt = yield* now
         return yield* settle(outcome, (ok, output, error) =>
-          operations.settleOperation(operationId, ok ? "succeeded" : "failed", settledAt, { output, error }))
+          operations.transition(operationId, { _tag: "Settle", outcome: ok ? "succeeded" : "failed" }, settledAt, { output, error }))
       }))
       if (typeof answered === "string") return answered
       const outcome = answered
       yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
-      operation = { id: operationId, run_id: row.id, tool_call_id: call.call_id, tool_id: tool.id, status: "dispatched", output: null, attempts: 1, next_reconcile_at: null }
+      operation = {
+        id: operationId,
+        tenant_id: row.tenant_id,
+        environment: row.environment,
+        run_id: row.id,
+        tool_call_id: call.call_id,
+        tool_id: tool.id,
+        status: "dispatched",
+        output: null,
+        attempts: 1,
+        next_reconcile_at: null
+      }
     }
     if (operation.status !== "dispatched") return "continue" as Next // settled by a commit that also answered the call
 
@@ -249,10 +260,10 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         const opId = operation.id
         if (answer.status === "succeeded") {
           return yield* settle(CallOutcome.Ok({ status: 200, body: answer.output }), (_ok, output, error) =>
-            operations.settleOperation(opId, "succeeded", settledAt, { output, error }))
+            operations.transition(opId, { _tag: "Settle", outcome: "succeeded" }, settledAt, { output, error }))
         }
         const error = { type: "write_not_applied", message: `Reconciliation says the write ${answer.status === "failed" ? "failed" : "was not found"}` }
-        return yield* fail(error, { usage: [toolUsage(tool)], also: operations.settleOperation(opId, answer.status, settledAt, { error }) })
+        return yield* fail(error, { usage: [toolUsage(tool)], also: operations.transition(opId, { _tag: "Settle", outcome: answer.status }, settledAt, { error }) })
       }
       if (answer._tag === "Unknown" && ++failures >= 3) return yield* loseOutcome(env, operation.id, answer.message)
       // pending (or a failed attempt): ask again, within the run's budget
@@ -297,7 +308,7 @@ export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: strin
     yield* env.commit({
       trigger: Trigger.LoseOutcome({ reason: "write_outcome_unknown" }),
       data: { operation_id: operationId, message },
-      also: operations.settleOperation(operationId, "unknown", at, {
+      also: operations.transition(operationId, { _tag: "LoseOutcome" }, at, {
         nextReconcileAt: new Date(at.getTime() + config.tools.reconcileRetrySeconds * 1000)
       })
     })
@@ -320,5 +331,5 @@ export const endUnfinished = (
     const approvals = yield* ApprovalsRepo
     const open = yield* operations.unsettled(runId)
     if (open !== undefined) return yield* Effect.asVoid(loseOutcome({ commit }, open.id, unknownReason))
-    yield* commit({ trigger: ending, also: approvals.expirePending(runId, yield* now) })
+    yield* commit({ trigger: ending, also: approvals.transition({ runId }, { _tag: "Expire" }, yield* now) })
   })
