@@ -135,8 +135,11 @@ const make = Effect.gen(function*() {
   return { send, sendIfRunning, stop, activeCount } satisfies CellsShape
 })
 
+/** The cells of this process; the services their run actors drive come from the caller (unit tests). */
+export const CellsWithoutDependencies = Layer.scoped(Cells, make)
+
 /** The cells of this process, with the services their run actors drive. */
-export const CellsLive = Layer.scoped(Cells, make).pipe(
+export const CellsLive = CellsWithoutDependencies.pipe(
   Layer.provide([
     StepEngine.Default,
     Agents.Default,
