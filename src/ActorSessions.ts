@@ -5,20 +5,22 @@
  * environment settings (src/EnvironmentSettings.ts). Tokens live at most 5 minutes, are stored as a hash,
  * are bound to the key that made them, and die with the user, the key or the environment.
  */
-import { Clock, Effect, FiberRef } from "effect"
-import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, type JWTVerifyGetKey, jwtVerify } from "jose"
 import { createHash, randomBytes } from "node:crypto"
+
+import { Clock, Effect, FiberRef } from "effect"
+import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from "jose"
 import { fetch as undiciFetch } from "undici"
+
+import { ActorSessionsRepo } from "./ActorSessions/Repo.js"
 import { dieOnSqlError } from "./Database/Defects.js"
+import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
+import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { conflict, forbidden, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { currentRequest } from "./Kernel/RequestContext.js"
-import { ActorSessionsRepo } from "./ActorSessions/Repo.js"
-import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
-import { EnvironmentSettings } from "./EnvironmentSettings.js"
-import { PlatformRepo } from "./Platform/Repo.js"
 import { Destinations } from "./Outbound/Destinations.js"
+import { PlatformRepo } from "./Platform/Repo.js"
 
 /** Contract part 8: an actor request token lives at most 5 minutes. */
 export const ACTOR_TOKEN_SECONDS = 300
@@ -56,22 +58,28 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
       Effect.gen(function*() {
         const idp = yield* settings.identityProvider(p)
         if (!idp) {
-          return yield* conflict("identity_provider_not_configured", "This environment has no identity provider; set one with PATCH settings")
+          return yield* conflict(
+            "identity_provider_not_configured",
+            "This environment has no identity provider; set one with PATCH settings"
+          )
         }
         const user = yield* platform.user(p.tenantId, p.environment, body.user_id)
         if (!user || user.status !== "active") return yield* notFound("user", "user_id")
         const at = yield* now
         const verified = yield* Effect.tryPromise({
-          try: () => jwtVerify(body.assertion, keySetOf(idp), {
-            issuer: idp.issuer,
-            audience: idp.audience,
-            currentDate: at,
-            requiredClaims: ["sub", "exp"]
-          }),
+          try: () =>
+            jwtVerify(body.assertion, keySetOf(idp), {
+              issuer: idp.issuer,
+              audience: idp.audience,
+              currentDate: at,
+              requiredClaims: ["sub", "exp"]
+            }),
           catch: (e) => e
-        }).pipe(Effect.mapError((e: any) =>
-          forbidden("invalid_assertion", `The assertion was not accepted: ${e?.code ?? "invalid"}${e?.message ? ` (${e.message})` : ""}`)
-        ))
+        }).pipe(
+          Effect.mapError((e: any) =>
+            forbidden("invalid_assertion", `The assertion was not accepted: ${e?.code ?? "invalid"}${e?.message ? ` (${e.message})` : ""}`)
+          )
+        )
         if (verified.payload.sub !== user.external_id) {
           return yield* forbidden("invalid_assertion", "The assertion's subject is not this user's external_id")
         }
@@ -97,7 +105,9 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
         if (resolved !== undefined) return resolved satisfies Actor
         const at = yield* now
         const row = yield* repo.userOfToken(p, hashToken(token), at)
-        if (!row) return yield* forbidden("actor_token_invalid", "The actor token is unknown, expired, or its user or key is no longer active")
+        if (!row) {
+          return yield* forbidden("actor_token_invalid", "The actor token is unknown, expired, or its user or key is no longer active")
+        }
         return { type: "user", id: row.user_id } satisfies Actor
       })
 

@@ -4,9 +4,12 @@
  * the database, never selected for a response (`has_credential` instead), and read back only
  * through `credentialOf` for the model providers.
  */
-import { Clock, Effect, Option, ParseResult, type Redacted, Schema } from "effect"
 import { createHash } from "node:crypto"
+
+import { Clock, Effect, Option, ParseResult, type Redacted, Schema } from "effect"
+
 import * as Repo from "./Agents/Repo.js"
+import { Secrets } from "./Crypto/Secrets.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import {
   type CreateAgentRevision,
@@ -15,14 +18,13 @@ import {
   type Provider,
   ScriptedSettings
 } from "./Domain/Agents.js"
+import * as Cursor from "./Kernel/Cursor.js"
 import { invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
-import type { CellRef, Principal } from "./Kernel/Principal.js"
-import * as Cursor from "./Kernel/Cursor.js"
 import { canonicalJson } from "./Kernel/Json.js"
-import { Secrets } from "./Crypto/Secrets.js"
-import { Tools } from "./Tools.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { Destinations } from "./Outbound/Destinations.js"
+import { Tools } from "./Tools.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -73,11 +75,12 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
     const tools = yield* Tools
     const destinations = yield* Destinations
 
-
     // ---- workspaces -------------------------------------------------------------------------
     const workspaceRow = (p: CellRef, id: string, param = "workspace_id") =>
-      Effect.flatMap(repo.workspace(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(row) : Effect.fail(notFound("workspace", param)))
+      Effect.flatMap(
+        repo.workspace(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(row) : Effect.fail(notFound("workspace", param))
+      )
 
     const createWorkspace = (p: CellRef, body: { name: string }) =>
       Effect.gen(function*() {
@@ -111,8 +114,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       })
 
     const modelProfileRow = (p: CellRef, id: string) =>
-      Effect.flatMap(repo.modelProfile(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(row) : Effect.fail(notFound("model profile", "model_profile_id")))
+      Effect.flatMap(
+        repo.modelProfile(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(row) : Effect.fail(notFound("model profile", "model_profile_id"))
+      )
 
     /** The decrypted credential of a profile of the cell, for the model providers; never for a response. */
     const credentialOf = (tenantId: string, environment: string, profileId: string) =>
@@ -131,8 +136,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     // ---- agents -----------------------------------------------------------------------------
     const agentRow = (p: CellRef, id: string) =>
-      Effect.flatMap(repo.agent(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(row) : Effect.fail(notFound("agent", "agent_id")))
+      Effect.flatMap(
+        repo.agent(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(row) : Effect.fail(notFound("agent", "agent_id"))
+      )
 
     const createAgent = (p: CellRef, body: { workspace_id: string; name: string }) =>
       Effect.gen(function*() {
@@ -178,8 +185,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       )
 
     const getRevision = (p: Principal, id: string) =>
-      Effect.flatMap(repo.revision(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Repo.toAgentRevision(row)) : Effect.fail(notFound("agent revision", "revision_id")))
+      Effect.flatMap(
+        repo.revision(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(Repo.toAgentRevision(row)) : Effect.fail(notFound("agent revision", "revision_id"))
+      )
 
     const listWorkspaces = Cursor.listPage("workspaces", repo.workspaces, Repo.toWorkspace)
     const listModelProfiles = Cursor.listPage("model_profiles", repo.modelProfiles, Repo.toModelProfile)
@@ -195,17 +204,14 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       credentialOf: (tenantId: string, environment: string, profileId: string) =>
         dieOnSqlError(credentialOf(tenantId, environment, profileId)),
       /** The workspace of a revision's agent, if the revision is of the cell. */
-      revisionWorkspace: (p: CellRef, revisionId: string) =>
-        dieOnSqlError(repo.revisionWorkspace(p.tenantId, p.environment, revisionId)),
+      revisionWorkspace: (p: CellRef, revisionId: string) => dieOnSqlError(repo.revisionWorkspace(p.tenantId, p.environment, revisionId)),
       /** A run's pinned revision with its model profile (none when it is gone). */
       revisionContext: (revisionId: string) => dieOnSqlError(repo.revisionContext(revisionId)),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
       createAgent: (p: CellRef, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),
-      listRevisions: (p: Principal, agentId: string, params: Cursor.ListParams) =>
-        dieOnSqlError(listRevisions(p, agentId, params)),
-      createRevision: (p: CellRef, agentId: string, body: CreateAgentRevision) =>
-        dieOnSqlError(createRevision(p, agentId, body)),
+      listRevisions: (p: Principal, agentId: string, params: Cursor.ListParams) => dieOnSqlError(listRevisions(p, agentId, params)),
+      createRevision: (p: CellRef, agentId: string, body: CreateAgentRevision) => dieOnSqlError(createRevision(p, agentId, body)),
       getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
     } as const
   }),

@@ -3,7 +3,12 @@
  * (`GET /v1/openapi.json`) and typed clients all come from it.
  */
 import { HttpApi, OpenApi } from "@effect/platform"
+
+import { ActorSessionsApi } from "./ActorSessions/Api.js"
 import { AgentsApi, ModelProfilesApi, RevisionsApi, WorkspacesApi } from "./Agents/Api.js"
+import { ApprovalsApi } from "./Approvals/Api.js"
+import { describeOperations } from "./Edge/OpenApiDoc.js"
+import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
 import {
   AuthenticationError,
   ConflictError,
@@ -16,14 +21,10 @@ import {
 } from "./Kernel/Errors.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
-import { describeOperations } from "./Edge/OpenApiDoc.js"
 import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
-import { UsageApi } from "./Usage/Api.js"
 import { SystemApi } from "./System/Api.js"
 import { ConnectionsApi, KeySetApi } from "./Tools/Api.js"
-import { ActorSessionsApi } from "./ActorSessions/Api.js"
-import { ApprovalsApi } from "./Approvals/Api.js"
-import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
+import { UsageApi } from "./Usage/Api.js"
 
 const base = HttpApi.make("agent-platform")
   .add(TenantsApi)

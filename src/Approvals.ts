@@ -7,17 +7,18 @@
  * the run's total authorization still does (a fresh actor token does not extend it).
  */
 import { Clock, Effect, Either } from "effect"
+
 import { ActorSessions } from "./ActorSessions.js"
+import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
+import { Cells } from "./Cells/Cells.js"
+import { StartRun } from "./Cells/Protocol.js"
 import { dieOnSqlError } from "./Database/Defects.js"
+import { Trigger } from "./Domain/RunState.js"
+import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, notFound } from "./Kernel/Errors.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { idempotencyOf } from "./Kernel/RequestContext.js"
-import { Trigger } from "./Domain/RunState.js"
-import * as Cursor from "./Kernel/Cursor.js"
 import { type Commit, RunStore } from "./Runs/RunStore.js"
-import { StartRun } from "./Cells/Protocol.js"
-import { Cells } from "./Cells/Cells.js"
-import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   effect: Effect.gen(function*() {
@@ -27,8 +28,10 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
     const cells = yield* Cells
 
     const approvalRow = (p: Principal, id: string) =>
-      Effect.flatMap(repo.approval(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(row) : Effect.fail(notFound("approval", "approval_id")))
+      Effect.flatMap(
+        repo.approval(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(row) : Effect.fail(notFound("approval", "approval_id"))
+      )
 
     const list = (p: Principal, params: Cursor.ListParams & { status?: string | undefined; run_id?: string | undefined }) =>
       Cursor.listPage(
@@ -71,16 +74,30 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
           requiredAction: null,
           // the wait for a human does not count against active execution
           ...(run._tag === "Some" && run.value.execution_deadline_at !== null
-            ? { executionDeadlineAt: new Date(at.getTime() + Math.max(0, run.value.execution_deadline_at.getTime() - approval.created_at.getTime())) }
+            ? {
+              executionDeadlineAt: new Date(
+                at.getTime() + Math.max(0, run.value.execution_deadline_at.getTime() - approval.created_at.getTime())
+              )
+            }
             : {}),
-          also: repo.transition({ id: approval.id }, { _tag: "Decide", decision: body.decision }, at, { by: actor, reason, ref: ref ?? null })
+          also: repo.transition({ id: approval.id }, { _tag: "Decide", decision: body.decision }, at, {
+            by: actor,
+            reason,
+            ref: ref ?? null
+          })
         }]
         if (status === "denied") {
           const error = { type: "denied", message: "A person denied this write", ...(reason === null ? {} : { reason }) }
           commits.push({
             trigger: Trigger.ToolCallFailed(),
             data: { tool_call_id: approval.tool_call_id, name: approval.operation.name, tool_id: approval.tool_id, error },
-            items: [{ type: "tool_result", call_id: approval.tool_call_id, name: approval.operation.name, output: { error }, is_error: true }]
+            items: [{
+              type: "tool_result",
+              call_id: approval.tool_call_id,
+              name: approval.operation.name,
+              output: { error },
+              is_error: true
+            }]
           })
         }
         const committed = yield* runs.commitAll(approval.run_id, commits)

@@ -5,6 +5,7 @@
  */
 import { Clock, Effect } from "effect"
 import { createLocalJWKSet, type JSONWebKeySet } from "jose"
+
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
 import { EnvironmentSettingsRepo } from "./EnvironmentSettings/Repo.js"
@@ -40,7 +41,9 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
               return false
             }
           })
-          if (!ok) return yield* invalid("parameter_invalid", "identity_provider.jwks: not a usable JSON Web Key Set", "identity_provider.jwks")
+          if (!ok) {
+            return yield* invalid("parameter_invalid", "identity_provider.jwks: not a usable JSON Web Key Set", "identity_provider.jwks")
+          }
         }
       })
 

@@ -4,19 +4,20 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
-import { dieOnSqlError } from "./Database/Defects.js"
-import { conflict, invalid, notFound } from "./Kernel/Errors.js"
-import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
-import type { PilotApplication } from "./Domain/Operator.js"
-import type { CreatedApiKey } from "./Domain/Platform.js"
-import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
-import { Quickstarts } from "./Operator/Quickstart.js"
+
 import { Cells } from "./Cells/Cells.js"
 import { GetCellStats } from "./Cells/Protocol.js"
+import { dieOnSqlError } from "./Database/Defects.js"
+import type { PilotApplication } from "./Domain/Operator.js"
+import type { CreatedApiKey } from "./Domain/Platform.js"
+import { conflict, invalid, notFound } from "./Kernel/Errors.js"
+import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
+import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
+import { Quickstarts } from "./Operator/Quickstart.js"
+import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
-import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -52,8 +53,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       })
 
     const getPilot = (id: string) =>
-      Effect.flatMap(repo.pilot(id), (row) =>
-        row ? Effect.succeed(toPilot(row)) : Effect.fail(notFound("pilot application", "id")))
+      Effect.flatMap(repo.pilot(id), (row) => row ? Effect.succeed(toPilot(row)) : Effect.fail(notFound("pilot application", "id")))
 
     /**
      * Approval creates the tenant and its `sandbox` environment in `provisioning`, provisions the
@@ -84,7 +84,11 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
      * quickstart's service actor (the quickstart is made first if the environment has none yet);
      * else exactly those scopes.
      */
-    const createKey = (tenantId: string, environment: EnvironmentName, body: { name: string; scopes?: ReadonlyArray<string> | undefined }) =>
+    const createKey = (
+      tenantId: string,
+      environment: EnvironmentName,
+      body: { name: string; scopes?: ReadonlyArray<string> | undefined }
+    ) =>
       Effect.gen(function*() {
         const unknown = (body.scopes ?? []).filter((s) => !isScope(s))
         if (unknown.length > 0) {

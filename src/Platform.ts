@@ -3,9 +3,11 @@
  * deletion. Each mutation is one transaction; timestamps come from Effect's Clock so suites drive
  * retention and purge windows with TestClock. SQL lives in src/Platform/Repo.ts.
  */
+import { createHash } from "node:crypto"
+
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
-import { createHash } from "node:crypto"
+
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { DeletionJob } from "./Domain/Platform.js"
@@ -56,8 +58,10 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
     // ---- tenants ----------------------------------------------------------------------------
     const getTenant = (p: Principal) =>
-      Effect.flatMap(repo.tenant(p.tenantId), (row) =>
-        row && row.status !== "deleted" ? Effect.succeed(Rows.toTenant(row)) : Effect.fail(notFound("tenant", "tenant_id")))
+      Effect.flatMap(
+        repo.tenant(p.tenantId),
+        (row) => row && row.status !== "deleted" ? Effect.succeed(Rows.toTenant(row)) : Effect.fail(notFound("tenant", "tenant_id"))
+      )
 
     const updateTenant = (p: Principal, name: string) =>
       Effect.gen(function*() {
@@ -110,15 +114,19 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       }))
 
     const getDeletionJob = (p: Principal, id: string) =>
-      Effect.flatMap(repo.deletionJob(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Rows.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id")))
+      Effect.flatMap(
+        repo.deletionJob(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(Rows.toDeletionJob(row)) : Effect.fail(notFound("deletion job", "deletion_job_id"))
+      )
 
     // ---- api keys ---------------------------------------------------------------------------
     const listApiKeys = Cursor.listPage("api_keys", repo.apiKeys, Rows.toApiKey)
 
     const getApiKey = (p: Principal, id: string) =>
-      Effect.flatMap(repo.apiKey(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Rows.toApiKey(row)) : Effect.fail(notFound("API key", "key_id")))
+      Effect.flatMap(
+        repo.apiKey(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(Rows.toApiKey(row)) : Effect.fail(notFound("API key", "key_id"))
+      )
 
     /** Revokes a key and every key derived from it, within the caller's management ceiling. */
     const revokeApiKey = (p: Principal, id: string) =>
@@ -135,8 +143,11 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const listUsers = Cursor.listPage("users", repo.users, Rows.toUser)
 
     const liveUser = (p: Principal, id: string) =>
-      Effect.flatMap(repo.user(p.tenantId, p.environment, id), (row): Effect.Effect<Rows.UserRow, NotFound | Gone> =>
-        !row ? Effect.fail(notFound("user", "user_id")) : row.status === "deleted" ? Effect.fail(tombstoned) : Effect.succeed(row))
+      Effect.flatMap(
+        repo.user(p.tenantId, p.environment, id),
+        (row): Effect.Effect<Rows.UserRow, NotFound | Gone> =>
+          !row ? Effect.fail(notFound("user", "user_id")) : row.status === "deleted" ? Effect.fail(tombstoned) : Effect.succeed(row)
+      )
 
     const getUser = (p: Principal, id: string) => Effect.map(liveUser(p, id), Rows.toUser)
 
@@ -202,8 +213,10 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const listServiceActors = Cursor.listPage("service_actors", repo.serviceActors, Rows.toServiceActor)
 
     const getServiceActor = (p: Principal, id: string) =>
-      Effect.flatMap(repo.serviceActor(p.tenantId, p.environment, id), (row) =>
-        row ? Effect.succeed(Rows.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id")))
+      Effect.flatMap(
+        repo.serviceActor(p.tenantId, p.environment, id),
+        (row) => row ? Effect.succeed(Rows.toServiceActor(row)) : Effect.fail(notFound("service actor", "service_actor_id"))
+      )
 
     const createServiceActor = (p: CellRef, name: string) =>
       Effect.gen(function*() {

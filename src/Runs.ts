@@ -6,22 +6,23 @@
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
 import { Clock, Duration, Effect, Option, Queue, Schema, Stream } from "effect"
+
+import { ActorSessions } from "./ActorSessions.js"
+import { Agents } from "./Agents.js"
+import { Cells } from "./Cells/Cells.js"
+import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
+import { AppConfig } from "./Config/AppConfig.js"
+import { dieOnSqlError } from "./Database/Defects.js"
+import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
+import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { idempotencyOf, setResponseHeader } from "./Kernel/RequestContext.js"
-import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
-import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
-import { dieOnSqlError } from "./Database/Defects.js"
+import { Platform } from "./Platform.js"
 import { EventBus } from "./Runs/EventBus.js"
 import * as Repo from "./Runs/RunStore.js"
 import { eventStream } from "./Runs/Stream.js"
-import { Cells } from "./Cells/Cells.js"
-import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
-import { AppConfig } from "./Config/AppConfig.js"
-import { ActorSessions } from "./ActorSessions.js"
-import { Agents } from "./Agents.js"
-import { Platform } from "./Platform.js"
 
 const runNotFound = notFound("run", "run_id")
 const invalidCursor = (param: string) =>

@@ -10,15 +10,16 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
+
 import { dieOnSqlError } from "./Database/Defects.js"
+import { connectionTransition, type CreateConnection, type Operation, type Tool } from "./Domain/Tools.js"
+import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
-import { connectionTransition, type CreateConnection, type Operation, type Tool } from "./Domain/Tools.js"
-import { type ConnectionRow, ToolsRepo, type ToolRow } from "./Tools/Repo.js"
-import * as Cursor from "./Kernel/Cursor.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { schemaProblem } from "./Tools/JsonSchemas.js"
+import { type ConnectionRow, type ToolRow, ToolsRepo } from "./Tools/Repo.js"
 
 /** The exact URL of an operation: base URL (without a trailing slash) + path. */
 export const joinUrl = (baseUrl: string, path: string) => `${baseUrl.replace(/\/+$/, "")}${path}`
@@ -67,7 +68,11 @@ const checkOperations = (operations: ReadonlyArray<Operation>) =>
       if (seen.has(op.name)) return yield* invalid("parameter_invalid", `${at}.name: "${op.name}" is used twice`, `${at}.name`)
       seen.add(op.name)
       if (op.effect === "write" && op.reconciliation_path === undefined) {
-        return yield* invalid("parameter_missing", `${at}.reconciliation_path: a write needs a reconciliation path`, `${at}.reconciliation_path`)
+        return yield* invalid(
+          "parameter_missing",
+          `${at}.reconciliation_path: a write needs a reconciliation path`,
+          `${at}.reconciliation_path`
+        )
       }
       if (op.effect === "read" && op.reconciliation_path !== undefined) {
         return yield* invalid("parameter_invalid", `${at}.reconciliation_path: only writes are reconciled`, `${at}.reconciliation_path`)
@@ -159,7 +164,11 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
           const row = byId.get(id)
           if (!row) return yield* invalid("unknown_tool", `tool_ids.${i}: no such reviewed tool: ${id}`, `tool_ids.${i}`)
           if (names.has(row.name)) {
-            return yield* invalid("parameter_invalid", `tool_ids.${i}: two tools named "${row.name}"; the model could not tell them apart`, `tool_ids.${i}`)
+            return yield* invalid(
+              "parameter_invalid",
+              `tool_ids.${i}: two tools named "${row.name}"; the model could not tell them apart`,
+              `tool_ids.${i}`
+            )
           }
           names.add(row.name)
         }
@@ -171,8 +180,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       getConnection: (p: CellRef, id: string) => dieOnSqlError(Effect.map(connectionRow(p, id), toConnection)),
       listConnections: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listConnections(p, params)),
       review: (id: string, decision: "approve" | "reject", note?: string) => dieOnSqlError(review(id, decision, note)),
-      listTools: (p: Principal, params: Cursor.ListParams & { connection_id?: string | undefined }) =>
-        dieOnSqlError(listTools(p, params)),
+      listTools: (p: Principal, params: Cursor.ListParams & { connection_id?: string | undefined }) => dieOnSqlError(listTools(p, params)),
       getTool: (p: CellRef, id: string) => dieOnSqlError(getTool(p, id)),
       toolsForRevision: (p: CellRef, ids: ReadonlyArray<string>) => dieOnSqlError(toolsForRevision(p, ids)),
       /** The tools a revision pins, as rows (for its runs), whatever their connection's status now. */

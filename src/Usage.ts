@@ -4,6 +4,7 @@
  * or model profile. The quickstart key sees its own workspace only.
  */
 import { Clock, Effect, Option } from "effect"
+
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { Usage, UsageGroupBy, UsageTotals } from "./Domain/Usage.js"
 import { invalid } from "./Kernel/Errors.js"

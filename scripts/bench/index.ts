@@ -24,9 +24,9 @@ import { createServer, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import { AppConfig, defaultRunConfig } from "../../src/Config/AppConfig.js"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
-import { defaultRunConfig, AppConfig } from "../../src/Config/AppConfig.js"
 import { forEachRunEvent } from "../lib/RunEvents.js"
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1)
@@ -40,7 +40,14 @@ const percentile = (xs: ReadonlyArray<number>, p: number) => {
 }
 const rows: Array<Array<string>> = []
 const report = (name: string, figure: number, unit: string, baseline: number, target: string, met: boolean) => {
-  rows.push([name, `${figure.toFixed(2)} ${unit}`, `${baseline.toFixed(2)} ${unit}`, (figure / baseline).toFixed(2), target, met ? "yes" : "NO"])
+  rows.push([
+    name,
+    `${figure.toFixed(2)} ${unit}`,
+    `${baseline.toFixed(2)} ${unit}`,
+    (figure / baseline).toFixed(2),
+    target,
+    met ? "yes" : "NO"
+  ])
   console.log(`  ${name}: ${figure.toFixed(2)} ${unit} (baseline ${baseline.toFixed(2)}) -> ${met ? "met" : "NOT met"}`)
 }
 
@@ -69,7 +76,10 @@ interface Cell {
 }
 
 const provision = async (base: string, i: number): Promise<Cell> => {
-  const pilot = await call(base, "POST", "/operator/v1/pilot-applications", OPERATOR, { organization_name: `Bench ${i}`, contact_email: "b@bench.test" })
+  const pilot = await call(base, "POST", "/operator/v1/pilot-applications", OPERATOR, {
+    organization_name: `Bench ${i}`,
+    contact_email: "b@bench.test"
+  })
   const approved = await call(base, "POST", `/operator/v1/pilot-applications/${pilot.json.id}/approve`, OPERATOR)
   const t = approved.json.tenant_id
   const key = await call(base, "POST", `/operator/v1/tenants/${t}/environments/sandbox/api-keys`, OPERATOR, {
@@ -99,13 +109,17 @@ const provision = async (base: string, i: number): Promise<Cell> => {
 }
 
 const conversation = async (base: string, c: Cell, revision: string) =>
-  (await call(base, "POST", `${c.P}/conversations`, c.key, { workspace_id: c.workspaceId, agent_revision_id: revision })).json.data.id as string
+  (await call(base, "POST", `${c.P}/conversations`, c.key, { workspace_id: c.workspaceId, agent_revision_id: revision })).json.data
+    .id as string
 
 const bareServer = (handler: (req: any, res: ServerResponse) => void) =>
   new Promise<{ url: string; close: () => void; server: ReturnType<typeof createServer> }>((resolve) => {
     const server = createServer(handler)
-    server.listen(0, "127.0.0.1", () =>
-      resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close(), server }))
+    server.listen(
+      0,
+      "127.0.0.1",
+      () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close(), server })
+    )
   })
 
 // ---- 1. admission ------------------------------------------------------------------------------
@@ -129,7 +143,9 @@ const admission = (base: string, cells: ReadonlyArray<Cell>, sql: SqlClient.SqlC
     )
     const admitted = (cells.length * perCell) / ((performance.now() - started) / 1000)
 
-    yield* Effect.orDie(sql`CREATE TABLE IF NOT EXISTS bench_rows (id text PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL)`)
+    yield* Effect.orDie(
+      sql`CREATE TABLE IF NOT EXISTS bench_rows (id text PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL)`
+    )
     const t0 = performance.now()
     yield* Effect.forEach(
       cells,
@@ -137,7 +153,11 @@ const admission = (base: string, cells: ReadonlyArray<Cell>, sql: SqlClient.SqlC
         Effect.forEach(
           Array.from({ length: perCell }),
           () =>
-            sql.withTransaction(sql`INSERT INTO bench_rows VALUES (${randomUUID()}, ${JSON.stringify({ input: [{ type: "text", text: "x" }] })}::jsonb, now())`),
+            sql.withTransaction(
+              sql`INSERT INTO bench_rows VALUES (${randomUUID()}, ${
+                JSON.stringify({ input: [{ type: "text", text: "x" }] })
+              }::jsonb, now())`
+            ),
           { discard: true }
         ),
       { concurrency: cells.length, discard: true }
@@ -299,14 +319,28 @@ const program = Effect.gen(function*() {
   console.log(`provisioning ${CELLS} sandboxes...`)
   const cells: Array<Cell> = []
   for (let i = 0; i < CELLS; i += 16) {
-    cells.push(...(yield* Effect.promise(() => Promise.all(Array.from({ length: Math.min(16, CELLS - i) }, (_, j) => provision(base, i + j))))))
+    cells.push(
+      ...(yield* Effect.promise(() => Promise.all(Array.from({ length: Math.min(16, CELLS - i) }, (_, j) => provision(base, i + j)))))
+    )
   }
   const only = process.env.BENCH_ONLY?.split(",")
   const want = (n: string) => only === undefined || only.includes(n)
-  if (want("1")) console.log("1. admission"), yield* admission(base, cells, sql)
-  if (want("2")) console.log("2. SSE latency"), yield* sseLatency(base, cells)
-  if (want("3")) console.log("3. Prefer: wait"), yield* preferWait(base, cells[CELLS - 1]!)
-  if (want("4")) console.log("4. events page reads"), yield* pageReads(base, cells[CELLS - 2]!, sql)
+  if (want("1")) {
+    console.log("1. admission")
+    yield* admission(base, cells, sql)
+  }
+  if (want("2")) {
+    console.log("2. SSE latency")
+    yield* sseLatency(base, cells)
+  }
+  if (want("3")) {
+    console.log("3. Prefer: wait")
+    yield* preferWait(base, cells[CELLS - 1]!)
+  }
+  if (want("4")) {
+    console.log("4. events page reads")
+    yield* pageReads(base, cells[CELLS - 2]!, sql)
+  }
   console.log(`\n| benchmark | figure | baseline | ratio | target | met |\n|---|---|---|---|---|---|`)
   for (const r of rows) console.log(`| ${r.join(" | ")} |`)
   console.log(`\ntotal ${((performance.now() - t0) / 1000).toFixed(1)} s (scale ${SCALE})`)

@@ -1,5 +1,6 @@
 /** Actor sessions (D9): an identity provider's assertion exchanged for a user's actor token. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+
 import { ActorSession, CreateActorSession } from "../Domain/ActorSessions.js"
 import { Single } from "../Kernel/Envelope.js"
 import { environment, IdempotencyHeaders, tenantId } from "../Kernel/Params.js"
@@ -11,8 +12,11 @@ export class ActorSessionsApi extends HttpApiGroup.make("actor-sessions")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateActorSession)
       .addSuccess(Single(ActorSession, 201))
-      .annotate(OpenApi.Description, "Exchanges an identity provider assertion for an actor token (at most 5 minutes). " +
-        "The token is shown once; an idempotent replay returns it as null.")
+      .annotate(
+        OpenApi.Description,
+        "Exchanges an identity provider assertion for an actor token (at most 5 minutes). " +
+          "The token is shown once; an idempotent replay returns it as null."
+      )
       .annotate(RequiredScopes, ["actor-sessions:write"])
   )
   .middleware(ServiceKey)

@@ -1,6 +1,7 @@
 /** SQL of actor sessions: tokens are stored as a hash, bound to the key that made them. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import type { CellRef } from "../Kernel/Principal.js"
 

@@ -1,5 +1,6 @@
 /** Workspaces, model profiles, agents and agent revisions (D12). */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+
 import {
   Agent,
   AgentRevision,
@@ -10,9 +11,9 @@ import {
   ModelProfile,
   Workspace
 } from "../Domain/Agents.js"
+import { ListParams } from "../Kernel/Cursor.js"
 import { List, Single } from "../Kernel/Envelope.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
-import { ListParams } from "../Kernel/Cursor.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const workspaceId = idParam("workspace_id")
@@ -54,11 +55,14 @@ export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateModelProfile)
       .addSuccess(Single(ModelProfile, 201))
-      .annotate(OpenApi.Description, "`credential` is write-only: stored encrypted, never returned (responses show `has_credential`). " +
-        "`settings` is checked per provider: `openai_compatible` needs `base_url`, a public `https://` URL " +
-        "(the destination rules of customer tools: 400 `destination_refused`, unless the operator's `DESTINATION_ALLOWLIST` " +
-        "admits it; its calls are checked again on the connected address); `scripted` needs `steps` " +
-        "(a malformed step is 400 `parameter_invalid` naming it, e.g. `settings.steps.2`).")
+      .annotate(
+        OpenApi.Description,
+        "`credential` is write-only: stored encrypted, never returned (responses show `has_credential`). " +
+          "`settings` is checked per provider: `openai_compatible` needs `base_url`, a public `https://` URL " +
+          "(the destination rules of customer tools: 400 `destination_refused`, unless the operator's `DESTINATION_ALLOWLIST` " +
+          "admits it; its calls are checked again on the connected address); `scripted` needs `steps` " +
+          "(a malformed step is 400 `parameter_invalid` naming it, e.g. `settings.steps.2`)."
+      )
       .annotate(RequiredScopes, ["agents:write"])
   )
   .add(
@@ -103,8 +107,11 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateAgentRevision)
       .addSuccess(Single(AgentRevision, 201))
-      .annotate(OpenApi.Description, "Revisions are immutable (no update or delete; the database refuses both). " +
-        "`tool_ids` must be empty until tools exist (a non-empty list is 400 `unknown_tool`).")
+      .annotate(
+        OpenApi.Description,
+        "Revisions are immutable (no update or delete; the database refuses both). " +
+          "`tool_ids` must be empty until tools exist (a non-empty list is 400 `unknown_tool`)."
+      )
       .annotate(RequiredScopes, ["agents:write"])
   )
   .add(

@@ -1,6 +1,7 @@
 /** Handlers of workspaces, model profiles, agents and revisions (D12). */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Agents } from "../Agents.js"
 import { Api } from "../Api.js"
 import { inCell } from "../Kernel/Policy.js"

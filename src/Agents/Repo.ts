@@ -1,8 +1,9 @@
 /** SQL of workspaces, model profiles, agents and revisions. Rows decoded in, resources out. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import * as Rows from "../Database/Rows.js"
+
 import type { Sealed } from "../Crypto/Secrets.js"
+import * as Rows from "../Database/Rows.js"
 import { type Agent, type AgentRevision, type ModelProfile, Provider, type Workspace } from "../Domain/Agents.js"
 import { toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"

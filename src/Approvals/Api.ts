@@ -1,6 +1,7 @@
 /** Human approvals of writes (D9): list, read, decide. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+
 import { Approval, ApprovalDecision, ApprovalListParams } from "../Domain/Approvals.js"
 import { ListParams } from "../Kernel/Cursor.js"
 import { List, Single } from "../Kernel/Envelope.js"
@@ -29,8 +30,11 @@ export class ApprovalsApi extends HttpApiGroup.make("approvals")
       }))
       .setPayload(ApprovalDecision)
       .addSuccess(Single(Approval))
-      .annotate(OpenApi.Description, "A user's decision: needs `X-Actor-Token` (403 `actor_required` without one). " +
-        "409 `approval_not_pending` once decided or expired, `approval_expired` past its expiry.")
+      .annotate(
+        OpenApi.Description,
+        "A user's decision: needs `X-Actor-Token` (403 `actor_required` without one). " +
+          "409 `approval_not_pending` once decided or expired, `approval_expired` past its expiry."
+      )
       .annotate(RequiredScopes, ["approvals:write"])
   )
   .middleware(ServiceKey)

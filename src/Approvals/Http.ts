@@ -1,6 +1,7 @@
 /** Handlers of approvals (D9). */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
 import { Approvals } from "../Approvals.js"
 import { inCell } from "../Kernel/Policy.js"
@@ -10,5 +11,7 @@ export const ApprovalsLive = HttpApiBuilder.group(Api, "approvals", (handlers) =
     handlers
       .handle("listApproval", inCell((p, { urlParams }) => approvals.list(p, urlParams)))
       .handle("getApproval", inCell((p, { path }) => approvals.get(p, path.approval_id)))
-      .handle("decideApproval", inCell((p, { headers, path, payload }) =>
-        approvals.decide(p, path.approval_id, headers["x-actor-token"], payload)))))
+      .handle(
+        "decideApproval",
+        inCell((p, { headers, path, payload }) => approvals.decide(p, path.approval_id, headers["x-actor-token"], payload))
+      )))

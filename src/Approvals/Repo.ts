@@ -5,6 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { type Approval, type ApprovalEvent, ApprovalStatus, approvalTransition } from "../Domain/Approvals.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"

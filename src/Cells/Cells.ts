@@ -5,6 +5,7 @@
  * reach an entity through its RPC group, never through the runner.
  */
 import { Context, type Effect, type Option } from "effect"
+
 import type { CellCommand, CellId, ReplyOf } from "./Protocol.js"
 
 export interface CellsShape {

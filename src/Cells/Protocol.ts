@@ -4,6 +4,7 @@
  * nodes) without rewriting callers. Commands and replies are schemas for that reason.
  */
 import { Schema } from "effect"
+
 import { EnvironmentName } from "../Kernel/Ids.js"
 
 export const CellId = Schema.Struct({ tenantId: Schema.String, environment: EnvironmentName })

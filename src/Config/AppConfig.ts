@@ -261,4 +261,3 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     ...overrides
   })
 }
-

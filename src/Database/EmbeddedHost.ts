@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as net from "node:net"
 import * as path from "node:path"
+
 import { Clock, Duration, Effect, Option, Schema } from "effect"
 
 export class EmbeddedPostgresError extends Schema.TaggedError<EmbeddedPostgresError>()("EmbeddedPostgresError", {
@@ -21,8 +22,7 @@ export const QUIT_TIMEOUT = Duration.seconds(10)
 // ---------------------------------------------------------------------------
 // Small helpers
 
-const errorText = (cause: unknown): string =>
-  cause instanceof Error ? cause.message : cause === undefined ? "unknown error" : String(cause)
+const errorText = (cause: unknown): string => cause instanceof Error ? cause.message : cause === undefined ? "unknown error" : String(cause)
 
 export const fail = (message: string) => new EmbeddedPostgresError({ message })
 
@@ -34,8 +34,7 @@ export const errnoCode = (cause: unknown): string | undefined =>
     ? cause.code
     : undefined
 
-export const exists = (file: string) =>
-  Effect.promise(() => fs.access(file).then(() => true, () => false))
+export const exists = (file: string) => Effect.promise(() => fs.access(file).then(() => true, () => false))
 
 const execFileText = (file: string, args: ReadonlyArray<string>, ids?: PostgresIds) =>
   new Promise<string>((resolve, reject) => {
@@ -61,9 +60,7 @@ export const freePort = Effect.async<number, EmbeddedPostgresError>((resume) => 
   server.listen({ host: "127.0.0.1", port: 0, exclusive: true }, () => {
     const address = server.address()
     const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() =>
-      resume(port > 0 ? Effect.succeed(port) : Effect.fail(fail("could not find a free port: no port assigned")))
-    )
+    server.close(() => resume(port > 0 ? Effect.succeed(port) : Effect.fail(fail("could not find a free port: no port assigned"))))
   })
 })
 

@@ -5,7 +5,7 @@
  */
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect, Layer, Schema } from "effect"
-import * as Rows from "./Rows.js"
+
 import platform from "./migrations/0001_platform.js"
 import agents from "./migrations/0002_agents.js"
 import quickstart from "./migrations/0003_quickstart.js"
@@ -14,6 +14,7 @@ import purge from "./migrations/0005_purge.js"
 import eventPayloads from "./migrations/0006_event_payloads.js"
 import tools from "./migrations/0007_tools.js"
 import requestRefs from "./migrations/0008_request_refs.js"
+import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
 

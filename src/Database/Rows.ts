@@ -22,16 +22,14 @@ type Query<E, R> = Effect.Effect<ReadonlyArray<unknown>, E, R>
 /** Every row, decoded. */
 export const all = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(Schema.Array(row))
-  return <E, R>(query: Query<E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
-    Effect.flatMap(query, (rows) => Effect.orDie(decode(rows)))
+  return <E, R>(query: Query<E, R>): Effect.Effect<ReadonlyArray<A>, E, R> => Effect.flatMap(query, (rows) => Effect.orDie(decode(rows)))
 }
 
 /** The first row, decoded, if there is one. */
 export const first = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(row)
   return <E, R>(query: Query<E, R>): Effect.Effect<Option.Option<A>, E, R> =>
-    Effect.flatMap(query, (rows) =>
-      rows.length === 0 ? Effect.succeedNone : Effect.asSome(Effect.orDie(decode(rows[0]))))
+    Effect.flatMap(query, (rows) => rows.length === 0 ? Effect.succeedNone : Effect.asSome(Effect.orDie(decode(rows[0]))))
 }
 
 /** The first row, decoded, or undefined. */
@@ -47,6 +45,5 @@ export const none = <E, R>(query: Query<E, R>): Effect.Effect<void, E, R> => Eff
 export const single = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(row)
   return <E, R>(query: Query<E, R>): Effect.Effect<A, E, R> =>
-    Effect.flatMap(query, (rows) =>
-      rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0])))
+    Effect.flatMap(query, (rows) => rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0])))
 }

@@ -1,5 +1,6 @@
 /** Actor sessions (D9): a user's short-lived token, made from an identity provider's assertion. */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 export const CreateActorSession = Schema.Struct({

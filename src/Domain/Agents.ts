@@ -1,5 +1,6 @@
 /** Workspaces, agents, agent revisions and model profiles (decisions D12). */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 /** Human approvals of writes (D9, contract 3.1 rules 4-6). */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 export const ApprovalStatus = Schema.Literal("pending", "approved", "denied", "expired")

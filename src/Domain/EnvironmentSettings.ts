@@ -1,5 +1,6 @@
 /** Environment settings (D9, D16): what a customer configures per environment. */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })

@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 import { Email } from "./Platform.js"
 

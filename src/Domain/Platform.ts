@@ -1,5 +1,6 @@
 /** Resources of the platform plane (contract part 4; fields "not shown" there are designed here). */
 import { Schema } from "effect"
+
 import { EnvironmentName, Timestamp } from "../Kernel/Ids.js"
 import { Scope } from "../Kernel/Scopes.js"
 

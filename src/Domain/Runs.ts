@@ -1,5 +1,6 @@
 /** Conversations, runs, run events and usage (contract 2.3, 3.1, 6; decisions D7, D8, D16). */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 import { EventType, RunStatus } from "./RunState.js"
 

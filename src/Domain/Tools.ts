@@ -3,6 +3,7 @@
  * does not show are ours.
  */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 const Name = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))

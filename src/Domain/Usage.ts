@@ -1,5 +1,6 @@
 /** Usage (D16): computed from usage records and runs, never from a counter. */
 import { Schema } from "effect"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 export const UsageTotals = Schema.Struct({

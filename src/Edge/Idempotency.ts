@@ -4,12 +4,14 @@
  * completes). Completed responses are kept for the replay window; 400 validation failures, 401,
  * 403, 429, 503 and defects are released instead, so they are safe to retry.
  */
-import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
-import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
 import { createHash } from "node:crypto"
-import { Conflict, InvalidRequest } from "../Kernel/Errors.js"
+
+import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
+
 import { AppConfig } from "../Config/AppConfig.js"
+import { Conflict, type InvalidRequest } from "../Kernel/Errors.js"
 import { canonicalJson } from "../Kernel/Json.js"
+import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
 
 export type { Scope, StoredResponse }
 
@@ -34,8 +36,7 @@ export const fingerprint = (method: string, path: string, body: string): string 
 }
 
 /** Statuses whose response is stored for replay. Everything else is released (safe to retry). */
-export const isStored = (status: number): boolean =>
-  (status >= 200 && status < 300) || status === 404 || status === 409 || status === 410
+export const isStored = (status: number): boolean => (status >= 200 && status < 300) || status === 404 || status === 409 || status === 410
 
 /** Fields that carry a secret shown once: a key's `secret`, an actor session's `token`. */
 const SECRET_FIELDS = new Set(["secret", "token"])
@@ -55,8 +56,7 @@ export const redactSecrets = (value: unknown): unknown => {
  * A digest of a scope (tenant and environment are stored beside it), for resources to remember
  * which idempotent request made them: a retry taking over a dead holder's reservation finds them.
  */
-export const scopeRef = (s: Scope): string =>
-  createHash("sha256").update([s.actor, s.method, s.path, s.key].join("\n")).digest("base64url")
+export const scopeRef = (s: Scope): string => createHash("sha256").update([s.actor, s.method, s.path, s.key].join("\n")).digest("base64url")
 
 export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
   scoped: Effect.gen(function*() {
@@ -122,8 +122,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      * however long the work takes.
      */
     const heartbeat = (s: Scope) => {
-      const extend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        repo.extend(s, new Date(now + config.idempotencyLockSeconds * 1000)))
+      const extend = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.extend(s, new Date(now + config.idempotencyLockSeconds * 1000)))
       return extend.pipe(
         Effect.delay(Duration.millis((config.idempotencyLockSeconds * 1000) / 3)),
         Effect.forever,

@@ -1,6 +1,7 @@
 /** SQL of idempotency records (D5): one row per (tenant, environment, actor, method, path, key). */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 
 export interface Scope {
@@ -74,8 +75,7 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
       sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil} WHERE ${where(s)} AND state = 'in_flight'`.pipe(Rows.none)
 
     /** Deletes records past the replay window; how many. */
-    const sweep = (at: Date) =>
-      sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
+    const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
 
     return { reserve, find, deleteExpired, takeOver, complete, release, extend, sweep } as const
   })

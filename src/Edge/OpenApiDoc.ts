@@ -7,6 +7,7 @@
  */
 import type { HttpApi, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Context } from "effect"
+
 import { RequiredScopes } from "../Kernel/Security.js"
 
 const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
@@ -17,7 +18,11 @@ const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
   ["409", "ConflictError", "Conflict"],
   ["410", "GoneError", "Gone"],
   ["429", "RateLimitedError", "Rate limited"],
-  ["503", "UnavailableError", "Unavailable (e.g. `database_unavailable`: the database cannot be reached; retry after `Retry-After` seconds)"]
+  [
+    "503",
+    "UnavailableError",
+    "Unavailable (e.g. `database_unavailable`: the database cannot be reached; retry after `Retry-After` seconds)"
+  ]
 ]
 
 const header = (description: string, schema: object = { type: "string" }) => ({ description, schema })
@@ -34,7 +39,6 @@ const V1_HEADERS = {
   "RateLimit-Policy": header("The cell's rate limit policy (IETF httpapi RateLimit headers draft)"),
   RateLimit: header("The cell's current rate limit state")
 }
-
 
 /** Request headers as clients write them (HttpApi schemas hold them lowercase). */
 const HEADER_NAMES: Record<string, string> = {

@@ -6,9 +6,15 @@
  * defects) become the same error envelope here. Audit and quotas (D16) slot in beside rate limit
  * and idempotency.
  */
+import { randomBytes } from "node:crypto"
+
 import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, FiberRef, Option } from "effect"
-import { randomBytes } from "node:crypto"
+
+import { ActorSessions } from "../ActorSessions.js"
+import { Cells } from "../Cells/Cells.js"
+import { AdmitRequest } from "../Cells/Protocol.js"
+import { isDatabaseUnavailable } from "../Database/Defects.js"
 import {
   type ApiError,
   Conflict,
@@ -20,11 +26,7 @@ import {
   toEnvelope,
   Unavailable
 } from "../Kernel/Errors.js"
-import { isDatabaseUnavailable } from "../Database/Defects.js"
 import { currentRequest, type RequestState } from "../Kernel/RequestContext.js"
-import { Cells } from "../Cells/Cells.js"
-import { AdmitRequest } from "../Cells/Protocol.js"
-import { ActorSessions } from "../ActorSessions.js"
 import { Auth } from "../Platform/Auth.js"
 import * as Idempotency from "./Idempotency.js"
 
@@ -66,19 +68,27 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
       return Effect.succeed(errorResponse(new NotFound({ code: "route_not_found", message: "Unrecognized request URL" }), state.requestId))
     }
     if (e?._tag === "RequestError") {
-      return Effect.succeed(errorResponse(new InvalidRequest({ code: "invalid_body", message: "The request body could not be read as JSON" }), state.requestId))
+      return Effect.succeed(
+        errorResponse(new InvalidRequest({ code: "invalid_body", message: "The request body could not be read as JSON" }), state.requestId)
+      )
     }
     if (isDatabaseUnavailable(e)) {
       state.headers["retry-after"] = "2"
       return Effect.as(
         Effect.logWarning("database unavailable", cause),
-        errorResponse(new Unavailable({ code: "database_unavailable", message: "The service cannot reach its database right now; retry shortly" }), state.requestId)
+        errorResponse(
+          new Unavailable({ code: "database_unavailable", message: "The service cannot reach its database right now; retry shortly" }),
+          state.requestId
+        )
       )
     }
   }
   return Effect.as(
     Effect.logError("unhandled failure", cause),
-    errorResponse(new InternalError({ code: "internal_error", message: "An internal error occurred; quote the request_id when reporting it" }), state.requestId)
+    errorResponse(
+      new InternalError({ code: "internal_error", message: "An internal error occurred; quote the request_id when reporting it" }),
+      state.requestId
+    )
   )
 }
 
@@ -103,7 +113,10 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     state.headers["ratelimit"] = rate.state
     if (!rate.allowed) {
       state.headers["retry-after"] = String(rate.retryAfterSeconds)
-      return yield* new RateLimited({ code: "rate_limited", message: "Too many requests for this environment; retry after the time in Retry-After" })
+      return yield* new RateLimited({
+        code: "rate_limited",
+        message: "Too many requests for this environment; retry after the time in Retry-After"
+      })
     }
 
     if (!MUTATIONS.has(request.method)) return yield* app
@@ -113,10 +126,18 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
 
     const key = request.headers["idempotency-key"]
     if (key === undefined) {
-      return yield* new InvalidRequest({ code: "idempotency_key_required", message: "Mutations need an Idempotency-Key header", param: "Idempotency-Key" })
+      return yield* new InvalidRequest({
+        code: "idempotency_key_required",
+        message: "Mutations need an Idempotency-Key header",
+        param: "Idempotency-Key"
+      })
     }
     if (!Idempotency.validKey(key)) {
-      return yield* new InvalidRequest({ code: "idempotency_key_invalid", message: "Idempotency-Key must be 1 to 255 printable ASCII characters (0x21-0x7E)", param: "Idempotency-Key" })
+      return yield* new InvalidRequest({
+        code: "idempotency_key_invalid",
+        message: "Idempotency-Key must be 1 to 255 printable ASCII characters (0x21-0x7E)",
+        param: "Idempotency-Key"
+      })
     }
     const idem = yield* Idempotency.Idempotency
     const path = pathOf(request.url)
@@ -143,27 +164,30 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     }
     // Detached: a client that disconnects does not cancel the work it started (it may already
     // have committed); its outcome is stored all the same, for the retry to replay.
-    return yield* idem.detached(scope, Effect.gen(function*() {
-      const response = yield* app.pipe(
-        Effect.catchAllCause((cause) => escaped(cause, state)),
-        Effect.onInterrupt(() => idem.release(scope))
-      )
-      if (Idempotency.isStored(response.status)) {
-        const text = bodyText(response)
-        let stored = text
-        try {
-          stored = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
-        } catch {
-          // not JSON: store as is
+    return yield* idem.detached(
+      scope,
+      Effect.gen(function*() {
+        const response = yield* app.pipe(
+          Effect.catchAllCause((cause) => escaped(cause, state)),
+          Effect.onInterrupt(() => idem.release(scope))
+        )
+        if (Idempotency.isStored(response.status)) {
+          const text = bodyText(response)
+          let stored = text
+          try {
+            stored = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
+          } catch {
+            // not JSON: store as is
+          }
+          const headers: Record<string, string> = { "x-request-id": state.requestId }
+          for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
+          yield* idem.complete(scope, { status: response.status, headers, body: stored })
+        } else {
+          yield* idem.release(scope)
         }
-        const headers: Record<string, string> = { "x-request-id": state.requestId }
-        for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
-        yield* idem.complete(scope, { status: response.status, headers, body: stored })
-      } else {
-        yield* idem.release(scope)
-      }
-      return response
-    }))
+        return response
+      })
+    )
   })
 
 export const pipeline = HttpMiddleware.make((app) =>

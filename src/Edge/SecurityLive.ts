@@ -5,6 +5,7 @@
  */
 import { HttpApiBuilder, HttpApiError, type HttpApiGroup, HttpRouter, type HttpServerResponse } from "@effect/platform"
 import { Context, Effect, FiberRef, Layer } from "effect"
+
 import { Api } from "../Api.js"
 import { AuthenticationFailed, InvalidRequest, PermissionDenied } from "../Kernel/Errors.js"
 import { currentRequest } from "../Kernel/RequestContext.js"

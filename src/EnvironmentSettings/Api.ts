@@ -1,5 +1,6 @@
 /** Environment settings (D9, D16): read and change them. */
 import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
+
 import { Settings, UpdateSettings } from "../Domain/EnvironmentSettings.js"
 import { Single } from "../Kernel/Envelope.js"
 import { environment, IdempotencyHeaders, tenantId } from "../Kernel/Params.js"

@@ -1,12 +1,17 @@
 /** Handlers of environment settings (D16). */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
 import { EnvironmentSettings } from "../EnvironmentSettings.js"
 import { inCell } from "../Kernel/Policy.js"
 
-export const EnvironmentSettingsLive = HttpApiBuilder.group(Api, "settings", (handlers) =>
-  Effect.map(EnvironmentSettings, (settings) =>
-    handlers
-      .handle("getSettings", inCell((p) => settings.get(p)))
-      .handle("updateSettings", inCell((p, { payload }) => settings.update(p, payload)))))
+export const EnvironmentSettingsLive = HttpApiBuilder.group(
+  Api,
+  "settings",
+  (handlers) =>
+    Effect.map(EnvironmentSettings, (settings) =>
+      handlers
+        .handle("getSettings", inCell((p) => settings.get(p)))
+        .handle("updateSettings", inCell((p, { payload }) => settings.update(p, payload))))
+)

@@ -1,6 +1,7 @@
 /** SQL of environment settings (one row per environment, absent until first set). */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { IdentityProvider } from "../Domain/EnvironmentSettings.js"
 import type { CellRef } from "../Kernel/Principal.js"

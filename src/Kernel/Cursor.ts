@@ -4,6 +4,7 @@
  * skips. A cursor of another list, tenant or environment, or a malformed one, is 400 `invalid_cursor`.
  */
 import { Effect, Schema } from "effect"
+
 import { InvalidRequest } from "./Errors.js"
 
 export const ListParams = Schema.Struct({
@@ -21,7 +22,11 @@ export type ListParams = typeof ListParams.Type
 
 export const DEFAULT_LIMIT = 50
 
-const invalid = new InvalidRequest({ code: "invalid_cursor", message: "The cursor is malformed or belongs to another list", param: "cursor" })
+const invalid = new InvalidRequest({
+  code: "invalid_cursor",
+  message: "The cursor is malformed or belongs to another list",
+  param: "cursor"
+})
 
 export const encode = (list: string, cell: string, lastId: string): string =>
   Buffer.from(JSON.stringify({ l: list, c: cell, k: lastId })).toString("base64url")

@@ -4,6 +4,7 @@
  */
 import { HttpApiSchema } from "@effect/platform"
 import { Effect, ParseResult, Schema } from "effect"
+
 import { requestId } from "./RequestContext.js"
 
 const RequestIdField = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))

@@ -6,6 +6,7 @@
  */
 import { HttpApiSchema } from "@effect/platform"
 import { Effect, ParseResult, Schema } from "effect"
+
 import { requestId } from "./RequestContext.js"
 
 const fields = {
@@ -18,9 +19,7 @@ export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("Invali
   static readonly status = 400
   static readonly type = "invalid_request"
 }
-export class AuthenticationFailed
-  extends Schema.TaggedError<AuthenticationFailed>()("AuthenticationFailed", fields)
-{
+export class AuthenticationFailed extends Schema.TaggedError<AuthenticationFailed>()("AuthenticationFailed", fields) {
   static readonly status = 401
   static readonly type = "authentication_error"
 }
@@ -65,9 +64,12 @@ export type ApiError =
   | Unavailable
   | InternalError
 
-type ErrorClass<E> = Schema.Schema<E, any> & { readonly status: number; readonly type: string } & (new(
-  args: { code: string; message: string; param?: string }
-) => E)
+type ErrorClass<E> =
+  & Schema.Schema<E, any>
+  & { readonly status: number; readonly type: string }
+  & (new(
+    args: { code: string; message: string; param?: string }
+  ) => E)
 
 const envelopeOf = (type: string) =>
   Schema.Struct({
@@ -113,10 +115,19 @@ export const ApiErrorSchema = <E extends { code: string; message: string; param?
     description
   })
 
-export const InvalidRequestError = ApiErrorSchema(InvalidRequest, "Malformed request, failed validation, missing Idempotency-Key, bad cursor, unknown environment name")
+export const InvalidRequestError = ApiErrorSchema(
+  InvalidRequest,
+  "Malformed request, failed validation, missing Idempotency-Key, bad cursor, unknown environment name"
+)
 export const AuthenticationError = ApiErrorSchema(AuthenticationFailed, "Missing, unknown or revoked service key")
-export const PermissionError = ApiErrorSchema(PermissionDenied, "The key lacks a scope the operation needs, or the action is outside its management ceiling")
-export const NotFoundError = ApiErrorSchema(NotFound, "No such resource in this tenant and environment (resources of others are always 404)")
+export const PermissionError = ApiErrorSchema(
+  PermissionDenied,
+  "The key lacks a scope the operation needs, or the action is outside its management ceiling"
+)
+export const NotFoundError = ApiErrorSchema(
+  NotFound,
+  "No such resource in this tenant and environment (resources of others are always 404)"
+)
 export const ConflictError = ApiErrorSchema(Conflict, "Idempotency-Key conflict, duplicate resource, or a state that forbids the action")
 export const GoneError = ApiErrorSchema(Gone, "The resource was deleted and its identifier is tombstoned")
 export const RateLimitedError = ApiErrorSchema(RateLimited, "Rate limit of the cell exceeded; see Retry-After")
@@ -139,7 +150,6 @@ export const errorClassOf = (e: ApiError): { status: number; type: string } => e
 // Small constructors so call sites read like the contract.
 export const notFound = (what: string, param?: string) =>
   new NotFound({ code: "resource_missing", message: `No such ${what}`, ...(param ? { param } : {}) })
-export const invalid = (code: string, message: string, param?: string) =>
-  new InvalidRequest({ code, message, ...(param ? { param } : {}) })
+export const invalid = (code: string, message: string, param?: string) => new InvalidRequest({ code, message, ...(param ? { param } : {}) })
 export const conflict = (code: string, message: string) => new Conflict({ code, message })
 export const forbidden = (code: string, message: string) => new PermissionDenied({ code, message })

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto"
+
 import { Clock, Effect, Schema } from "effect"
 
 const CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"

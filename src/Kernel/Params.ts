@@ -5,6 +5,7 @@
  */
 import { HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
+
 import { EnvironmentName, PathId } from "./Ids.js"
 
 /** A path identifier parameter (D2: 1..128 characters). */

@@ -3,6 +3,7 @@
  * the same body shape as a missing resource (D3), never 403.
  */
 import { Effect } from "effect"
+
 import { NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
 import { CurrentPrincipal, type Principal } from "./Principal.js"

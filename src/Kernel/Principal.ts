@@ -1,4 +1,5 @@
 import { Context } from "effect"
+
 import type { EnvironmentName } from "./Ids.js"
 import type { Scope } from "./Scopes.js"
 

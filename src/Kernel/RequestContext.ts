@@ -1,4 +1,5 @@
 import { Effect, FiberRef } from "effect"
+
 import type { Principal } from "./Principal.js"
 
 /**

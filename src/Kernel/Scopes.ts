@@ -2,23 +2,38 @@ import { Schema } from "effect"
 
 /** Every scope a service key may hold (contract part 5, D1, D12-D18). */
 export const ALL_SCOPES = [
-  "tenants:read", "tenants:write",
-  "environments:read", "environments:write",
-  "keys:read", "keys:revoke",
-  "users:read", "users:write",
-  "service-actors:read", "service-actors:write",
-  "connections:read", "connections:write",
-  "agents:read", "agents:write",
-  "conversations:read", "conversations:write",
-  "runs:read", "runs:write",
-  "approvals:read", "approvals:write",
+  "tenants:read",
+  "tenants:write",
+  "environments:read",
+  "environments:write",
+  "keys:read",
+  "keys:revoke",
+  "users:read",
+  "users:write",
+  "service-actors:read",
+  "service-actors:write",
+  "connections:read",
+  "connections:write",
+  "agents:read",
+  "agents:write",
+  "conversations:read",
+  "conversations:write",
+  "runs:read",
+  "runs:write",
+  "approvals:read",
+  "approvals:write",
   "actor-sessions:write",
-  "files:read", "files:write",
+  "files:read",
+  "files:write",
   "usage:read",
-  "memory:read", "memory:write",
-  "schedules:read", "schedules:write",
-  "webhooks:read", "webhooks:write",
-  "settings:read", "settings:write",
+  "memory:read",
+  "memory:write",
+  "schedules:read",
+  "schedules:write",
+  "webhooks:read",
+  "webhooks:write",
+  "settings:read",
+  "settings:write",
   "audit:read"
 ] as const
 
@@ -31,10 +46,14 @@ export type Scope = typeof Scope.Type
  * agents or tools, manage keys or users, or approve writes.
  */
 export const QUICKSTART_SCOPES: ReadonlyArray<Scope> = [
-  "tenants:read", "environments:read",
-  "conversations:read", "conversations:write",
-  "runs:read", "runs:write",
-  "files:read", "files:write",
+  "tenants:read",
+  "environments:read",
+  "conversations:read",
+  "conversations:write",
+  "runs:read",
+  "runs:write",
+  "files:read",
+  "files:write",
   "usage:read"
 ]
 

@@ -5,6 +5,7 @@
  */
 import { HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Context, Schema } from "effect"
+
 import { AuthenticationError, PermissionError } from "./Errors.js"
 import { CurrentPrincipal } from "./Principal.js"
 import type { Scope } from "./Scopes.js"
@@ -23,4 +24,3 @@ export class ServiceKey extends HttpApiMiddleware.Tag<ServiceKey>()("ServiceKey"
     )
   }
 }) {}
-

@@ -61,8 +61,7 @@ const providerMessageOf = (body: string | undefined): string | undefined => {
   } catch {
     return undefined
   }
-  const pick = (value: unknown): string | undefined =>
-    typeof value === "string" && value.trim() !== "" ? value.trim() : undefined
+  const pick = (value: unknown): string | undefined => typeof value === "string" && value.trim() !== "" ? value.trim() : undefined
   if (typeof parsed === "string") return pick(parsed)
   if (typeof parsed !== "object" || parsed === null) return undefined
   const record = parsed as Record<string, unknown>
@@ -85,8 +84,7 @@ export interface ErrorContext {
  * error text is quoted only when `quoteProvider` (and never for 401/403).
  */
 export const toModelError = (provider: string, error: AiError.AiError, context: ErrorContext): ModelError => {
-  const quote = (text: string | undefined) =>
-    context.quoteProvider && text !== undefined ? `: ${truncate(text, MAX_PROVIDER_MESSAGE)}` : ""
+  const quote = (text: string | undefined) => context.quoteProvider && text !== undefined ? `: ${truncate(text, MAX_PROVIDER_MESSAGE)}` : ""
   switch (error._tag) {
     case "HttpResponseError": {
       const { headers, status } = error.response

@@ -27,13 +27,13 @@
  *     not JSON is an `HttpResponseError` with reason `Decode`; JSON of the wrong shape is
  *     `MalformedOutput`; a connection failure is an `HttpRequestError`.
  */
+import { type Generated, OpenAiClient } from "@effect/ai-openai"
 import * as AiError from "@effect/ai/AiError"
 import * as IdGenerator from "@effect/ai/IdGenerator"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
-import { type Generated, OpenAiClient } from "@effect/ai-openai"
 import { HttpClient, type HttpClientError, HttpClientRequest } from "@effect/platform"
 import { Effect, Layer, type ParseResult, Schema, Stream } from "effect"
 

@@ -3,6 +3,7 @@ import * as Prompt from "@effect/ai/Prompt"
 import * as Tool from "@effect/ai/Tool"
 import * as Toolkit from "@effect/ai/Toolkit"
 import { Effect, Schema } from "effect"
+
 import type { ConversationItem, ToolDefinition } from "../Domain/Conversation.js"
 
 /**

@@ -37,6 +37,7 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import { Duration, Effect, Layer, Stream } from "effect"
+
 import type { ScriptedSettings, ScriptedStep } from "../Domain/Agents.js"
 
 // -----------------------------------------------------------------------------
@@ -173,9 +174,7 @@ const respond = (
             module: MODULE,
             method,
             description: `scripted step ${call.stepIndex} calls tool '${step.tool}', ` +
-              `which is not offered in this request (offered: ${
-                options.tools.map((tool) => tool.name).join(", ") || "none"
-              })`
+              `which is not offered in this request (offered: ${options.tools.map((tool) => tool.name).join(", ") || "none"})`
           })
         }
         const outputTokens = countWords(JSON.stringify(step.input))

@@ -28,36 +28,29 @@
  * every error message is built here (never copied from a library error that could echo a request)
  * and scrubbed of the credential's value besides.
  */
-import type * as AiError from "@effect/ai/AiError"
-import * as LanguageModel from "@effect/ai/LanguageModel"
 import { AnthropicClient, AnthropicLanguageModel } from "@effect/ai-anthropic"
 import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
+import type * as AiError from "@effect/ai/AiError"
+import * as LanguageModel from "@effect/ai/LanguageModel"
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Destinations } from "../Outbound/Destinations.js"
 import { Cause, Clock, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+
 import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
 import {
   type ConversationItem,
   Final,
   type ProposedCall,
+  type StepResult,
   ToolCalls,
   type ToolDefinition,
-  type StepResult,
   type Usage
 } from "../Domain/Conversation.js"
-import {
-  ModelAuthFailed,
-  type ModelError,
-  ModelFailed,
-  ModelUnavailable,
-  requestIdOf,
-  scrubbed,
-  toModelError
-} from "./Errors.js"
-import { toolkitOf, toPrompt } from "./Prompt.js"
+import { Destinations } from "../Outbound/Destinations.js"
 import { ModelsConfig, type ModelsConfigShape } from "./Config.js"
+import { ModelAuthFailed, type ModelError, ModelFailed, ModelUnavailable, requestIdOf, scrubbed, toModelError } from "./Errors.js"
 import * as OpenAiCompatible from "./OpenAiCompatible.js"
+import { toolkitOf, toPrompt } from "./Prompt.js"
 import * as Scripted from "./Scripted.js"
 
 export interface StepInput {
@@ -175,10 +168,9 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
   const generate = (input: StepInput, target: Target) => {
     const tools = input.tools ?? []
     const prompt = toPrompt(input.instructions, input.conversation)
-    const call: Effect.Effect<LanguageModel.GenerateTextResponse<any>, AiError.AiError, LanguageModel.LanguageModel> =
-      tools.length === 0
-        ? LanguageModel.generateText({ prompt, disableToolCallResolution: true })
-        : LanguageModel.generateText({ prompt, toolkit: toolkitOf(tools), disableToolCallResolution: true }) as any
+    const call: Effect.Effect<LanguageModel.GenerateTextResponse<any>, AiError.AiError, LanguageModel.LanguageModel> = tools.length === 0
+      ? LanguageModel.generateText({ prompt, disableToolCallResolution: true })
+      : LanguageModel.generateText({ prompt, toolkit: toolkitOf(tools), disableToolCallResolution: true }) as any
     return Effect.provide(call, target.model)
   }
 
@@ -217,8 +209,9 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       const target = yield* targetOf(input)
       const called = generate(input, target).pipe(
         Effect.catchAll((error) =>
-          Effect.flatMap(Clock.currentTimeMillis, (nowMillis) =>
-            Effect.fail(toModelError(provider, error, { quoteProvider: provider !== "openai_compatible", nowMillis }))
+          Effect.flatMap(
+            Clock.currentTimeMillis,
+            (nowMillis) => Effect.fail(toModelError(provider, error, { quoteProvider: provider !== "openai_compatible", nowMillis }))
           )
         )
       )

@@ -1,12 +1,13 @@
 /** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
-import { CellStats } from "../Cells/Protocol.js"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { AuthenticationError } from "../Kernel/Errors.js"
-import { environment, idParam, tenantId } from "../Kernel/Params.js"
+import { Schema } from "effect"
+
+import { CellStats } from "../Cells/Protocol.js"
 import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
-import { Schema } from "effect"
+import { AuthenticationError } from "../Kernel/Errors.js"
+import { environment, idParam, tenantId } from "../Kernel/Params.js"
 
 export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
   failure: AuthenticationError,
@@ -58,4 +59,3 @@ export class OperatorApi extends HttpApiGroup.make("operator")
   .middleware(OperatorAuth)
   .annotate(OpenApi.Exclude, true)
 {}
-

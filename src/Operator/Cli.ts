@@ -11,6 +11,7 @@
 import { Args, Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Option } from "effect"
+
 import { readTokenFile } from "./Token.js"
 
 const url = Options.text("url").pipe(
@@ -58,27 +59,42 @@ const scopes = Options.text("scopes").pipe(
   Options.optional
 )
 
-const applyPilot = Command.make("apply-pilot", { url, organization, email }, (o) =>
-  Effect.flatMap(call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }), print))
+const applyPilot = Command.make(
+  "apply-pilot",
+  { url, organization, email },
+  (o) => Effect.flatMap(call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }), print)
+)
 
-const approvePilot = Command.make("approve-pilot", { url, id: Args.text({ name: "application-id" }) }, (o) =>
-  Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), print))
+const approvePilot = Command.make(
+  "approve-pilot",
+  { url, id: Args.text({ name: "application-id" }) },
+  (o) => Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), print)
+)
 
 const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
   name: o.name,
   ...Option.match(o.scopes, { onNone: () => ({}), onSome: (s) => ({ scopes: s.split(",").map((x) => x.trim()).filter(Boolean) }) })
 })
 
-const createKey = Command.make("create-key", { url, tenant, environment, name, scopes }, (o) =>
-  Effect.flatMap(call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)), print))
+const createKey = Command.make(
+  "create-key",
+  { url, tenant, environment, name, scopes },
+  (o) =>
+    Effect.flatMap(
+      call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)),
+      print
+    )
+)
 
-const quickstartPath = (tenantId: string, env: string) =>
-  `/tenants/${encodeURIComponent(tenantId)}/environments/${env}/quickstart`
+const quickstartPath = (tenantId: string, env: string) => `/tenants/${encodeURIComponent(tenantId)}/environments/${env}/quickstart`
 
-const quickstart = Command.make("quickstart", { url, tenant, environment }, (o) =>
-  Effect.flatMap(call(o.url, "GET", quickstartPath(o.tenant, o.environment)), print)).pipe(
-    Command.withDescription("Print the environment's quickstart: service actor, workspace and no-tools agent revision")
-  )
+const quickstart = Command.make(
+  "quickstart",
+  { url, tenant, environment },
+  (o) => Effect.flatMap(call(o.url, "GET", quickstartPath(o.tenant, o.environment)), print)
+).pipe(
+  Command.withDescription("Print the environment's quickstart: service actor, workspace and no-tools agent revision")
+)
 
 const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes }, (o) =>
   Effect.gen(function*() {
@@ -93,7 +109,11 @@ const provisionSandbox = Command.make("provision-sandbox", { url, organization, 
       api_key: key,
       quickstart: ids
     })
-    yield* Console.error(`\nThe key secret is shown once. Try:\n  curl -H "Authorization: Bearer ${key.secret}" ${Option.getOrElse(o.url, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)}/v1/tenants`)
+    yield* Console.error(
+      `\nThe key secret is shown once. Try:\n  curl -H "Authorization: Bearer ${key.secret}" ${
+        Option.getOrElse(o.url, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)
+      }/v1/tenants`
+    )
   }))
 
 const operator = Command.make("operator").pipe(
@@ -105,9 +125,12 @@ const cli = Command.run(operator, { name: "agent-platform operator", version: "0
 
 cli(process.argv).pipe(
   Effect.catchIf((e): e is CliError => e instanceof CliError, (e) =>
-    Effect.zipRight(Console.error(e.message), Effect.sync(() => {
-      process.exitCode = 1
-    }))),
+    Effect.zipRight(
+      Console.error(e.message),
+      Effect.sync(() => {
+        process.exitCode = 1
+      })
+    )),
   Effect.provide(NodeContext.layer),
   NodeRuntime.runMain({ disableErrorReporting: false })
 )

@@ -13,16 +13,17 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Redacted } from "effect"
+
 import { Agents } from "../Agents.js"
+import { AppConfig, type QuickstartModel } from "../Config/AppConfig.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CreateModelProfile } from "../Domain/Agents.js"
+import type { Quickstart } from "../Domain/Operator.js"
 import { notFound } from "../Kernel/Errors.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
-import type { Quickstart } from "../Domain/Operator.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
 import { OperatorRepo, type QuickstartRow } from "./Repo.js"
-import { type QuickstartModel, AppConfig } from "../Config/AppConfig.js"
 
 export const QUICKSTART_GREETING = "Hello from your sandbox agent. You said: {{input}}"
 const INSTRUCTIONS = "You are the quickstart agent of this environment. Answer briefly and helpfully."
@@ -56,7 +57,6 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
     const platform = yield* Platform
     const agents = yield* Agents
     const repo = yield* OperatorRepo
-
 
     /** Makes the resources and the record; the caller holds the environment's row lock. */
     const create = (cell: CellRef) =>

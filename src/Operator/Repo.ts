@@ -1,6 +1,7 @@
 /** SQL of the operator plane: pilot applications, tenants and environments it creates, quickstart records. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
@@ -35,8 +36,7 @@ export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo",
 
     const pilot = (id: string) => sql`SELECT * FROM pilot_applications WHERE id = ${id}`.pipe(Rows.maybe(PilotRow))
 
-    const lockPilot = (id: string) =>
-      sql`SELECT * FROM pilot_applications WHERE id = ${id} FOR UPDATE`.pipe(Rows.maybe(PilotRow))
+    const lockPilot = (id: string) => sql`SELECT * FROM pilot_applications WHERE id = ${id} FOR UPDATE`.pipe(Rows.maybe(PilotRow))
 
     /** The tenant of an approved application with its `sandbox` environment in `provisioning`. */
     const createTenant = (t: { pilotId: string; tenantId: string; environmentId: string; name: string; at: Date }) =>

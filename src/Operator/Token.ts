@@ -2,10 +2,12 @@
  * The operator bearer token (D1): `OPERATOR_TOKEN` from config, or generated once into
  * `DATA_DIR/operator-token` (mode 0600) and reused on the next start.
  */
-import { Effect, Option, Redacted } from "effect"
 import { randomBytes, timingSafeEqual } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+
+import { Effect, Option, Redacted } from "effect"
+
 import { AppConfig } from "../Config/AppConfig.js"
 
 export const tokenFile = (dataDir: string) => path.resolve(dataDir, "operator-token")

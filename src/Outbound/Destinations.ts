@@ -5,8 +5,9 @@
  * actually connects to and follows no redirects).
  */
 import { Effect, Layer } from "effect"
-import { invalid } from "../Kernel/Errors.js"
+
 import { AppConfig } from "../Config/AppConfig.js"
+import { invalid } from "../Kernel/Errors.js"
 import * as Destination from "./Guard.js"
 
 /** The guard with `raw` as the allowlist (a malformed entry is a defect: it stops the start). */

@@ -19,11 +19,12 @@
  * `DESTINATION_ALLOWLIST` (operator config, empty by default) lists host names or CIDRs admitted
  * anyway (and over `http://`), for development and tests only.
  */
-import { Context } from "effect"
-import ipaddr from "ipaddr.js"
 import type { LookupAddress } from "node:dns"
 import { promises as dns } from "node:dns"
 import type { Socket } from "node:net"
+
+import { Context } from "effect"
+import ipaddr from "ipaddr.js"
 import { Agent, buildConnector } from "undici"
 
 export interface Allowlist {
@@ -222,7 +223,11 @@ export const guardedDispatcher = (
       connect(opts, (err, socket) => {
         if (err || !socket) return callback(err ?? new Error("no socket"), null)
         const remote = (socket as Socket).remoteAddress
-        const reason = remote === undefined ? "the connection has no remote address" : allowlist.hosts.has(host) ? undefined : checkAddress(remote, allowlist)
+        const reason = remote === undefined
+          ? "the connection has no remote address"
+          : allowlist.hosts.has(host)
+          ? undefined
+          : checkAddress(remote, allowlist)
         if (reason !== undefined) {
           socket.destroy()
           return callback(new DestinationRefused(`connected to ${reason}`), null)

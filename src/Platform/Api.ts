@@ -1,7 +1,6 @@
 /** The platform plane of /v1 (contract part 4): tenants, environments, keys, users, service actors, deletion jobs. */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
-import { Accepted, List, Single } from "../Kernel/Envelope.js"
-import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
+
 import {
   ApiKey,
   CreateServiceActor,
@@ -15,6 +14,8 @@ import {
   User
 } from "../Domain/Platform.js"
 import { ListParams } from "../Kernel/Cursor.js"
+import { Accepted, List, Single } from "../Kernel/Envelope.js"
+import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const keyId = idParam("key_id")
@@ -71,7 +72,10 @@ export class EnvironmentsApi extends HttpApiGroup.make("environments")
   .add(
     HttpApiEndpoint.get("getDeletionJob")`/v1/tenants/${tenantId}/environments/${environment}/deletion-jobs/${jobId}`
       .addSuccess(Single(DeletionJob))
-      .annotate(OpenApi.Description, "Any key of the environment may poll the deletion jobs its `Location` headers point at: the key that deleted a user (users:write) needs no other scope to follow the job.")
+      .annotate(
+        OpenApi.Description,
+        "Any key of the environment may poll the deletion jobs its `Location` headers point at: the key that deleted a user (users:write) needs no other scope to follow the job."
+      )
       .annotate(RequiredScopes, [])
   )
   .middleware(ServiceKey)

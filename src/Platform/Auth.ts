@@ -3,6 +3,7 @@
  * cache can serve a revoked key, so revocation is effective on the very next request.
  */
 import { Effect } from "effect"
+
 import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
 import type { Principal } from "../Kernel/Principal.js"
 import * as KeySecrets from "./KeySecrets.js"

@@ -6,6 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Cause, Clock, Effect, Exit, Schedule } from "effect"
+
 import { AppConfig } from "../Config/AppConfig.js"
 import { PurgeRepo } from "./PurgeRepo.js"
 import type { DeletionJobRow } from "./Rows.js"

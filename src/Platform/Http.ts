@@ -1,9 +1,10 @@
 /** Handlers of the platform plane: each reads like its contract row. */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
-import { CurrentPrincipal } from "../Kernel/Principal.js"
 import { inCell, inTenant } from "../Kernel/Policy.js"
+import { CurrentPrincipal } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
 
 export const TenantsLive = HttpApiBuilder.group(Api, "tenants", (handlers) =>

@@ -4,6 +4,7 @@
  * kept as a display prefix.
  */
 import { createHash, randomBytes } from "node:crypto"
+
 import type { EnvironmentName } from "../Kernel/Ids.js"
 
 export const generate = (environment: EnvironmentName): string =>

@@ -4,14 +4,29 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { DeletionJobRow } from "./Rows.js"
 
 /** Tables holding a cell's live data by (tenant_id, environment), in an order foreign keys allow. */
 export const CELL_TABLES = [
-  "tool_operations", "approvals", "actor_sessions", "usage_records", "runs", "conversations", "quickstarts",
-  "agent_revisions", "agents", "model_profiles", "tools", "connections", "signing_keys", "environment_settings",
-  "workspaces", "service_actors", "idempotency_keys"
+  "tool_operations",
+  "approvals",
+  "actor_sessions",
+  "usage_records",
+  "runs",
+  "conversations",
+  "quickstarts",
+  "agent_revisions",
+  "agents",
+  "model_profiles",
+  "tools",
+  "connections",
+  "signing_keys",
+  "environment_settings",
+  "workspaces",
+  "service_actors",
+  "idempotency_keys"
 ] as const
 
 export class PurgeRepo extends Effect.Service<PurgeRepo>()("PurgeRepo", {
@@ -38,8 +53,7 @@ export class PurgeRepo extends Effect.Service<PurgeRepo>()("PurgeRepo", {
               SELECT id FROM conversations WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
         sql`DELETE FROM run_events WHERE run_id IN (
               SELECT id FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment})`,
-        ...CELL_TABLES.map((table) =>
-          sql`DELETE FROM ${sql(table)} WHERE tenant_id = ${tenantId} AND environment = ${environment}`),
+        ...CELL_TABLES.map((table) => sql`DELETE FROM ${sql(table)} WHERE tenant_id = ${tenantId} AND environment = ${environment}`),
         sql`UPDATE environments SET state = 'deleted', updated_at = ${at} WHERE tenant_id = ${tenantId} AND name = ${environment}`
       ], { discard: true })
 

@@ -5,23 +5,15 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { notFound } from "../Kernel/Errors.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
-import {
-  ApiKeyRow,
-  DeletionJobRow,
-  EnvironmentRow,
-  KeyLookupRow,
-  ServiceActorRow,
-  TenantRow,
-  UserRow
-} from "./Rows.js"
+import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
-const API_KEY_COLUMNS =
-  "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
+const API_KEY_COLUMNS = "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
 
 const Ok = Schema.Struct({ ok: Schema.Boolean })
 
@@ -216,8 +208,10 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       environment,
       /** The environment unless it does not exist or was deleted: 404 `resource_missing` (param `environment`). */
       liveEnvironment: (tenantId: string, name: string) =>
-        Effect.flatMap(environment(tenantId, name), (row) =>
-          row !== undefined && row.state !== "deleted" ? Effect.succeed(row) : Effect.fail(notFound("environment", "environment"))),
+        Effect.flatMap(
+          environment(tenantId, name),
+          (row) => row !== undefined && row.state !== "deleted" ? Effect.succeed(row) : Effect.fail(notFound("environment", "environment"))
+        ),
       markEnvironmentDeleting,
       nextCellGeneration,
       keyBySecretHash,

@@ -1,5 +1,6 @@
 /** Rows of the platform plane as Postgres returns them (decoded), and the resources they become. */
 import { Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import {
   type ApiKey,

@@ -1,15 +1,9 @@
 /** Conversations, runs and run events (contract part 4 rows; D7, D8). */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+
+import { Conversation, CreateConversation, CreateRun, EventListParams, Run, RunEvent } from "../Domain/Runs.js"
 import { Accepted, List, Single } from "../Kernel/Envelope.js"
-import {
-  Conversation,
-  CreateConversation,
-  CreateRun,
-  EventListParams,
-  Run,
-  RunEvent
-} from "../Domain/Runs.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -32,8 +26,11 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateConversation)
       .addSuccess(Single(Conversation, 201))
-      .annotate(OpenApi.Description, "Pins an immutable agent revision of an agent in the given workspace. " +
-        "The quickstart key may use only its own workspace (403 `workspace_not_allowed`).")
+      .annotate(
+        OpenApi.Description,
+        "Pins an immutable agent revision of an agent in the given workspace. " +
+          "The quickstart key may use only its own workspace (403 `workspace_not_allowed`)."
+      )
       .annotate(RequiredScopes, ["conversations:write"])
   )
   .add(
@@ -62,8 +59,11 @@ export class RunsApi extends HttpApiGroup.make("runs")
       .setPayload(CreateRun)
       .addSuccess(Accepted(Run))
       .addSuccess(TerminalRunResponse)
-      .annotate(OpenApi.Description, "Admits a run: it is durably stored before 202 (with `Location`) is returned, and " +
-        "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`).")
+      .annotate(
+        OpenApi.Description,
+        "Admits a run: it is durably stored before 202 (with `Location`) is returned, and " +
+          "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`)."
+      )
       .annotate(RequiredScopes, ["runs:write"])
   )
   .add(
@@ -75,9 +75,12 @@ export class RunsApi extends HttpApiGroup.make("runs")
     HttpApiEndpoint.post("cancelRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/cancel`
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Accepted(Run))
-      .annotate(OpenApi.Description, "202 with the run in `cancel_requested`: new dispatch stops and the runtime is " +
-        "interrupted; the run then becomes `cancelled`. An accepted tool operation is not undone. A finished run: 409 " +
-        "`run_not_cancellable`.")
+      .annotate(
+        OpenApi.Description,
+        "202 with the run in `cancel_requested`: new dispatch stops and the runtime is " +
+          "interrupted; the run then becomes `cancelled`. An accepted tool operation is not undone. A finished run: 409 " +
+          "`run_not_cancellable`."
+      )
       .annotate(RequiredScopes, ["runs:write"])
   )
   .middleware(ServiceKey)
@@ -88,9 +91,12 @@ export class EventsApi extends HttpApiGroup.make("events")
     HttpApiEndpoint.get("listRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events`
       .setUrlParams(EventListParams)
       .addSuccess(List(RunEvent))
-      .annotate(OpenApi.Description, "Events in sequence order. `next_cursor` is the id of the page's last event; " +
-        "an event id and a cursor are interchangeable (also with `Last-Event-ID` of the stream). A null `next_cursor` " +
-        "does not mean no more events will come: keep the last event id and poll from it.")
+      .annotate(
+        OpenApi.Description,
+        "Events in sequence order. `next_cursor` is the id of the page's last event; " +
+          "an event id and a cursor are interchangeable (also with `Last-Event-ID` of the stream). A null `next_cursor` " +
+          "does not mean no more events will come: keep the last event id and poll from it."
+      )
       .annotate(RequiredScopes, ["runs:read"])
   )
   .add(
@@ -101,11 +107,14 @@ export class EventsApi extends HttpApiGroup.make("events")
       }))
       .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String) }))
       .addSuccess(Schema.String.pipe(HttpApiSchema.withEncoding({ kind: "Text", contentType: "text/event-stream" })))
-      .annotate(OpenApi.Description, "Server-Sent Events: `id: <event id>`, `event: <type>`, `data: <event JSON>`, and " +
-        "a `: ping` comment at least every 15 s. Without `Last-Event-ID` the stream starts at the run's first event. " +
-        "It ends after a terminal event (not after `run.outcome_unknown`, which a `run.reconciled` receipt may follow) " +
-        "and within 15 s of the key's revocation. At most 128 open streams per environment and 16 per key " +
-        "(429 `stream_limit_reached`).")
+      .annotate(
+        OpenApi.Description,
+        "Server-Sent Events: `id: <event id>`, `event: <type>`, `data: <event JSON>`, and " +
+          "a `: ping` comment at least every 15 s. Without `Last-Event-ID` the stream starts at the run's first event. " +
+          "It ends after a terminal event (not after `run.outcome_unknown`, which a `run.reconciled` receipt may follow) " +
+          "and within 15 s of the key's revocation. At most 128 open streams per environment and 16 per key " +
+          "(429 `stream_limit_reached`)."
+      )
       .annotate(RequiredScopes, ["runs:read"])
   )
   .middleware(ServiceKey)

@@ -6,6 +6,7 @@
  * decides anything itself.
  */
 import { Either } from "effect"
+
 import type { TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
 import type { Commit, RunRow, UsageRecordInput } from "./RunStore.js"

@@ -12,6 +12,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Queue, Schedule, Stream } from "effect"
+
 import { type EventRow, RunStore } from "./RunStore.js"
 
 export class EventBus extends Effect.Service<EventBus>()("EventBus", {
@@ -59,7 +60,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
         Effect.sync(() => {
           const q = Effect.runSync(Queue.sliding<EventRow>(1024))
           let set = subscribers.get(runId)
-          if (!set) subscribers.set(runId, (set = new Set()))
+          if (!set) subscribers.set(runId, set = new Set())
           set.add(q)
           return q as Queue.Dequeue<EventRow>
         }),

@@ -1,6 +1,7 @@
 /** Handlers of conversations, runs and events (contract part 4 rows; D7, D8). */
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Runs } from "../Runs.js"
@@ -15,11 +16,15 @@ export const ConversationsLive = HttpApiBuilder.group(Api, "conversations", (han
 export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
   Effect.map(Runs, (runs) =>
     handlers
-      .handle("createRun", inCell((p, { headers, path, payload }) =>
-        Effect.map(
-          runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"]),
-          (result) => result.terminal ? TerminalRun.make({ run: result.run }) : result.run
-        )))
+      .handle(
+        "createRun",
+        inCell((p, { headers, path, payload }) =>
+          Effect.map(
+            runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"]),
+            (result) => result.terminal ? TerminalRun.make({ run: result.run }) : result.run
+          )
+        )
+      )
       .handle("getRun", inCell((p, { path }) => runs.getRun(p, path.run_id)))
       .handle("cancelRun", inCell((p, { path }) => runs.cancelRun(p, path.run_id)))))
 
@@ -27,13 +32,16 @@ export const EventsLive = HttpApiBuilder.group(Api, "events", (handlers) =>
   Effect.map(Runs, (runs) =>
     handlers
       .handle("listRunEvents", inCell((p, { path, urlParams }) => runs.listEvents(p, path.run_id, urlParams)))
-      .handle("streamRunEvents", inCell((p, { headers, path, urlParams }) =>
-        Effect.map(
-          runs.streamEvents(p, path.run_id, {
-            accept: headers.accept,
-            lastEventId: headers["last-event-id"],
-            cursor: urlParams.cursor
-          }),
-          (events) =>
-            HttpServerResponse.stream(events, { contentType: "text/event-stream", headers: { "x-accel-buffering": "no" } })
-        )))))
+      .handle(
+        "streamRunEvents",
+        inCell((p, { headers, path, urlParams }) =>
+          Effect.map(
+            runs.streamEvents(p, path.run_id, {
+              accept: headers.accept,
+              lastEventId: headers["last-event-id"],
+              cursor: urlParams.cursor
+            }),
+            (events) => HttpServerResponse.stream(events, { contentType: "text/event-stream", headers: { "x-accel-buffering": "no" } })
+          )
+        )
+      )))

@@ -5,6 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Either, Layer, Option, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
@@ -24,11 +25,14 @@ const make = Effect.gen(function*() {
       .pipe(Rows.first(ConversationRow))
 
   const insertConversation = (row: Omit<ConversationRow, "created_at"> & { readonly created_by_key_id: string }) =>
-    Effect.flatMap(now, (at) =>
-      sql`INSERT INTO conversations (id, tenant_id, environment, workspace_id, agent_revision_id, created_by_key_id, created_at)
+    Effect.flatMap(
+      now,
+      (at) =>
+        sql`INSERT INTO conversations (id, tenant_id, environment, workspace_id, agent_revision_id, created_by_key_id, created_at)
           VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.agent_revision_id},
                   ${row.created_by_key_id}, ${at})
-          RETURNING *`.pipe(Rows.single(ConversationRow)))
+          RETURNING *`.pipe(Rows.single(ConversationRow))
+    )
 
   const run = (id: string) => sql`SELECT ${runColumns} FROM runs r WHERE r.id = ${id}`.pipe(Rows.first(RunRow))
 
@@ -51,7 +55,9 @@ const make = Effect.gen(function*() {
           INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
                             idempotency_ref, status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
           VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                  ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, ${row.idempotency_ref}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+                  ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, ${row.idempotency_ref}, 'queued', ${
+        JSON.stringify(row.input)
+      }::jsonb, 1,
                   ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
           ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
           DO NOTHING

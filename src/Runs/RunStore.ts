@@ -13,6 +13,7 @@
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type Effect, type Either, type Option, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import type { Conversation, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"

@@ -5,6 +5,7 @@
  * `also` writes run before anything is applied, so a failing one leaves the run as it was.
  */
 import { Clock, Effect, Either, Layer, Option } from "effect"
+
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
 import { plan } from "./Commit.js"

@@ -12,11 +12,12 @@
  */
 import * as Sse from "@effect/experimental/Sse"
 import { Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
-import type { Principal } from "../Kernel/Principal.js"
-import { TERMINAL_STATUSES } from "../Domain/RunState.js"
-import { CloseStream } from "../Cells/Protocol.js"
+
 import { Cells } from "../Cells/Cells.js"
+import { CloseStream } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import { TERMINAL_STATUSES } from "../Domain/RunState.js"
+import type { Principal } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
 import { EventBus } from "./EventBus.js"
 import { type EventRow, RunStore, toEvent } from "./RunStore.js"

@@ -6,8 +6,9 @@
  * interrupted, to be recovered from the database) when its scope closes.
  */
 import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
-import type { RunConfig } from "../Config/AppConfig.js"
+
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
+import type { RunConfig } from "../Config/AppConfig.js"
 import * as RateLimiter from "./RateLimiter.js"
 import type { ActorOptions } from "./RunActor.js"
 
@@ -66,8 +67,7 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.annotateLogs({ cell: cellLabel, run_id: runId })
       )
 
-    const startActor = (runId: string) =>
-      Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true }))
+    const startActor = (runId: string) => Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true }))
 
     yield* Effect.gen(function*() {
       while (true) {

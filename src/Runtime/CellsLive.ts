@@ -4,23 +4,24 @@
  * restores them, with a new generation). Each cell lives in its own child scope, so closing one
  * never touches another.
  */
-import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
-import { Cells, type CellsShape } from "../Cells/Cells.js"
+import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, type Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+
 import { Agents } from "../Agents.js"
-import { Platform } from "../Platform.js"
-import { PlatformRepo } from "../Platform/Repo.js"
-import { Tools } from "../Tools.js"
+import { ApprovalsRepo } from "../Approvals/Repo.js"
+import { Cells, type CellsShape } from "../Cells/Cells.js"
+import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
+import { Platform } from "../Platform.js"
+import { PlatformRepo } from "../Platform/Repo.js"
 import { RunStore } from "../Runs/RunStore.js"
-import { AppConfig } from "../Config/AppConfig.js"
+import { Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
-import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import * as Cell from "./Cell.js"
 import * as RunActor from "./RunActor.js"
 import * as ToolCalls from "./ToolCalls.js"
-import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
 
 interface Entry {
   readonly cell: Deferred.Deferred<Cell.Cell>
@@ -33,7 +34,9 @@ const make = Effect.gen(function*() {
   const parent = yield* Effect.scope
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
   const repo = yield* RunStore
-  const actorContext = yield* Effect.context<RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker>()
+  const actorContext = yield* Effect.context<
+    RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker
+  >()
   const options: Cell.CellOptions = {
     nextGeneration: (id) => Effect.orDie(platform.nextCellGeneration(id)),
     rateLimit: config.rateLimit,

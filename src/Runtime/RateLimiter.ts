@@ -130,5 +130,4 @@ export const policyHeader = (policy: RateLimitPolicy): string =>
   `${POLICY_NAME};q=${policy.burst};w=${Math.max(1, Math.ceil(policy.burst / policy.ratePerSecond))}`
 
 /** `RateLimit` field value, e.g. `"burst";r=37;t=1`: remaining and seconds until full. */
-export const stateHeader = (d: RateLimitDecision): string =>
-  `${POLICY_NAME};r=${d.remaining};t=${d.resetSeconds}`
+export const stateHeader = (d: RateLimitDecision): string => `${POLICY_NAME};r=${d.remaining};t=${d.resetSeconds}`

@@ -6,14 +6,15 @@
  * stay as they were. Nothing is ever replayed.
  */
 import { Clock, Duration, Effect, Either, Layer, Schedule } from "effect"
+
+import { Cells } from "../Cells/Cells.js"
+import { GetGeneration } from "../Cells/Protocol.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { RunStore } from "../Runs/RunStore.js"
-import { AppConfig } from "../Config/AppConfig.js"
 import { reconciliationUrl, Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
-import { Cells } from "../Cells/Cells.js"
-import { GetGeneration } from "../Cells/Protocol.js"
 import { actorOf, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
@@ -58,7 +59,12 @@ export const reconcileDue = Effect.gen(function*() {
         status: answer.status,
         ...(answer.output === undefined ? {} : { output: answer.output })
       },
-      also: operations.transition(op.id, { _tag: "Settle", outcome: answer.status }, at, answer.status === "succeeded" ? { output: answer.output } : {})
+      also: operations.transition(
+        op.id,
+        { _tag: "Settle", outcome: answer.status },
+        at,
+        answer.status === "succeeded" ? { output: answer.output } : {}
+      )
     }])
     if (Either.isLeft(receipt)) yield* Effect.logWarning("reconciliation receipt refused", { operation_id: op.id })
   }

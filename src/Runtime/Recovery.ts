@@ -4,9 +4,10 @@
  * RunActor). Runs waiting for an approval have no actor until the decision or the expiry.
  */
 import { Effect, Layer } from "effect"
-import { RunStore } from "../Runs/RunStore.js"
+
 import { Cells } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
+import { RunStore } from "../Runs/RunStore.js"
 
 export const recoverRuns = Effect.gen(function*() {
   const repo = yield* RunStore

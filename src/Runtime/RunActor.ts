@@ -15,16 +15,17 @@
  * checked again: revoked -> `failed` (`authorization_revoked`).
  */
 import { Clock, Duration, Effect, Either, Option, Schedule, Schema } from "effect"
+
 import { Agents } from "../Agents.js"
-import { Platform } from "../Platform.js"
-import { Tools } from "../Tools.js"
+import { ApprovalsRepo } from "../Approvals/Repo.js"
+import { AppConfig } from "../Config/AppConfig.js"
+import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
-import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
 import { StepEngine } from "../Models/StepEngine.js"
+import { Platform } from "../Platform.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
-import { AppConfig } from "../Config/AppConfig.js"
-import { ApprovalsRepo } from "../Approvals/Repo.js"
+import { Tools } from "../Tools.js"
 import * as ToolCalls from "./ToolCalls.js"
 
 const Items = Schema.Array(ConversationItem)
@@ -75,8 +76,7 @@ export const run = (runId: string, options: ActorOptions) =>
     const budgets = config.runs
 
     /** Commits; a refusal means someone else (a cancel, a budget) changed the run first. */
-    const commit = (...commits: ReadonlyArray<Commit>) =>
-      Effect.map(repo.commitAll(runId, commits), Either.isRight)
+    const commit = (...commits: ReadonlyArray<Commit>) => Effect.map(repo.commitAll(runId, commits), Either.isRight)
 
     const load = Effect.map(repo.run(runId), Option.getOrUndefined)
 
@@ -286,4 +286,6 @@ export const run = (runId: string, options: ActorOptions) =>
   }).pipe(
     // Infrastructure failures are defects: the cell restarts the actor, which reads the run again.
     Effect.catchTag("SqlError", Effect.die),
-    Effect.annotateLogs({ run_id: runId }), Effect.withSpan("RunActor.run", { attributes: { runId } }))
+    Effect.annotateLogs({ run_id: runId }),
+    Effect.withSpan("RunActor.run", { attributes: { runId } })
+  )

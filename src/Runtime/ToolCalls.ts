@@ -16,17 +16,18 @@
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Duration, Effect } from "effect"
-import { Trigger } from "../Domain/RunState.js"
-import type { ConversationItem } from "../Domain/Conversation.js"
-import type { Commit, RunRow, UsageRecordInput } from "../Runs/RunStore.js"
+
+import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import type { ConversationItem } from "../Domain/Conversation.js"
+import { Trigger } from "../Domain/RunState.js"
+import { makeId } from "../Kernel/Ids.js"
+import type { Commit, RunRow, UsageRecordInput } from "../Runs/RunStore.js"
 import { joinUrl, reconciliationUrl } from "../Tools.js"
-import type { ToolRow } from "../Tools/Repo.js"
 import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
 import { validate } from "../Tools/JsonSchemas.js"
-import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
-import { makeId } from "../Kernel/Ids.js"
+import type { ToolRow } from "../Tools/Repo.js"
 
 export type ProposedCall = Extract<ConversationItem, { type: "tool_call" }>
 
@@ -131,7 +132,12 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(true, outcome.body, error) } : {}) })
       }
       const error = outcome._tag === "Rejected"
-        ? { type: "tool_error", message: outcome.message, status: outcome.status, ...(outcome.body === undefined ? {} : { body: outcome.body }) }
+        ? {
+          type: "tool_error",
+          message: outcome.message,
+          status: outcome.status,
+          ...(outcome.body === undefined ? {} : { body: outcome.body })
+        }
         : { type: outcome._tag === "NotSent" ? "tool_unreachable" : "tool_error", message: outcome.message }
       return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(false, undefined, error) } : {}) })
     }
@@ -231,7 +237,9 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         return yield* settle(outcome, (ok, output, error) =>
           operations.transition(operationId, { _tag: "Settle", outcome: ok ? "succeeded" : "failed" }, settledAt, { output, error }))
       }))
-      if (typeof answered === "string") return answered
+      if (typeof answered === "string") {
+        return answered
+      }
       const outcome = answered
       yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
       operation = {
@@ -247,10 +255,14 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         next_reconcile_at: null
       }
     }
-    if (operation.status !== "dispatched") return "continue" as Next // settled by a commit that also answered the call
+    if (operation.status !== "dispatched") {
+      return "continue" as Next // settled by a commit that also answered the call
+    }
 
     // ---- an ambiguous (or interrupted) write: reconcile, never replay ---------------------------
-    if (tool.reconciliation_path === null) return yield* loseOutcome(env, operation.id, "no reconciliation path")
+    if (tool.reconciliation_path === null) {
+      return yield* loseOutcome(env, operation.id, "no reconciliation path")
+    }
     const reconcileUrl = reconciliationUrl(tool.base_url, tool.reconciliation_path, operation.id)
     let failures = 0
     while (true) {
@@ -262,10 +274,18 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
           return yield* settle(CallOutcome.Ok({ status: 200, body: answer.output }), (_ok, output, error) =>
             operations.transition(opId, { _tag: "Settle", outcome: "succeeded" }, settledAt, { output, error }))
         }
-        const error = { type: "write_not_applied", message: `Reconciliation says the write ${answer.status === "failed" ? "failed" : "was not found"}` }
-        return yield* fail(error, { usage: [toolUsage(tool)], also: operations.transition(opId, { _tag: "Settle", outcome: answer.status }, settledAt, { error }) })
+        const error = {
+          type: "write_not_applied",
+          message: `Reconciliation says the write ${answer.status === "failed" ? "failed" : "was not found"}`
+        }
+        return yield* fail(error, {
+          usage: [toolUsage(tool)],
+          also: operations.transition(opId, { _tag: "Settle", outcome: answer.status }, settledAt, { error })
+        })
       }
-      if (answer._tag === "Unknown" && ++failures >= 3) return yield* loseOutcome(env, operation.id, answer.message)
+      if (answer._tag === "Unknown" && ++failures >= 3) {
+        return yield* loseOutcome(env, operation.id, answer.message)
+      }
       // pending (or a failed attempt): ask again, within the run's budget
       yield* Effect.sleep(Duration.seconds(config.tools.reconcilePollSeconds))
     }

@@ -1,6 +1,7 @@
 /** Health (D1): no key needed. */
 import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
 import { Schema } from "effect"
+
 import { UnavailableError } from "../Kernel/Errors.js"
 
 export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotations({ identifier: "Health" })

@@ -2,6 +2,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
 import * as Migrations from "../Database/Migrations.js"
 import { Unavailable } from "../Kernel/Errors.js"

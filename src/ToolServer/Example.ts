@@ -10,14 +10,16 @@
  * ambiguous outcomes reconciliation exists for: answer nothing after the commit (hang), reset the
  * connection after the commit, answer 500 after the commit, or hold a write inside its transaction.
  */
-import { SqlClient } from "@effect/sql"
-import { Deferred, Effect, FiberSet, Schema, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
-import { ensureSchema, ToolFailure } from "./WriteLedger.js"
-import { defineOperation, makeToolServer, readRawBody, sendResponse, toToolRequest, type ToolServer } from "./Server.js"
+
+import { SqlClient } from "@effect/sql"
+import { Deferred, Effect, FiberSet, Schema, type Scope } from "effect"
+
+import { defineOperation, makeToolServer, readRawBody, sendResponse, type ToolServer, toToolRequest } from "./Server.js"
 import { makeVerifier, type VerifierConfig } from "./Verify.js"
+import { ensureSchema, ToolFailure } from "./WriteLedger.js"
 
 export const Order = Schema.Struct({ order_id: Schema.String, status: Schema.String, amount: Schema.Int })
 export type Order = typeof Order.Type
@@ -35,8 +37,7 @@ export const DEFAULT_ORDERS: ReadonlyArray<Order> = [
   { order_id: "o_2", status: "shipped", amount: 1200 }
 ]
 
-const orderNotFound = (orderId: string) =>
-  new ToolFailure({ code: "order_not_found", message: `no order ${orderId}`, status: 404 })
+const orderNotFound = (orderId: string) => new ToolFailure({ code: "order_not_found", message: `no order ${orderId}`, status: 404 })
 
 /** The orders and refunds tables plus `tool_operations`, and the seed orders. */
 export const ensureExampleSchema = (orders: ReadonlyArray<Order> = DEFAULT_ORDERS) =>

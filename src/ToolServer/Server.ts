@@ -7,11 +7,13 @@
  * `makeToolServer` is framework-free (`ToolRequest -> ToolResponse`); `nodeListener` serves it
  * with node:http.
  */
+import type { IncomingMessage, ServerResponse } from "node:http"
+
 import type { SqlClient } from "@effect/sql"
 import { Cause, Effect, FiberSet, ParseResult, Schema, type Scope } from "effect"
-import type { IncomingMessage, ServerResponse } from "node:http"
-import { OperationConflict, reconcile, runWrite, ToolFailure } from "./WriteLedger.js"
-import type { InvocationRejected, Verifier, VerifiedInvocation } from "./Verify.js"
+
+import type { InvocationRejected, VerifiedInvocation, Verifier } from "./Verify.js"
+import { type OperationConflict, reconcile, runWrite, type ToolFailure } from "./WriteLedger.js"
 
 /** One operation of the server, its input/output types erased (see `defineOperation`). */
 export interface ToolOperation<R> {

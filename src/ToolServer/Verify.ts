@@ -8,16 +8,10 @@
  * A valid signature only says the platform sent the request on behalf of `actor`; what that actor
  * may do is still the handler's decision (the verified claims are handed to it).
  */
-import { Clock, Effect, Schema } from "effect"
-import {
-  createRemoteJWKSet,
-  errors,
-  type JWTPayload,
-  type JWTVerifyGetKey,
-  jwtVerify,
-  type RemoteJWKSetOptions
-} from "jose"
 import { createHash, timingSafeEqual } from "node:crypto"
+
+import { Clock, Effect, Schema } from "effect"
+import { createRemoteJWKSet, errors, type JWTPayload, jwtVerify, type JWTVerifyGetKey, type RemoteJWKSetOptions } from "jose"
 
 /** The `typ` header of an invocation token. */
 export const TOKEN_TYPE = "tool-invocation+jwt"
@@ -48,8 +42,7 @@ export class InvocationRejected extends Schema.TaggedError<InvocationRejected>()
   status: Schema.Number
 }) {}
 
-const reject = (code: RejectionCode, message: string, status = 401) =>
-  Effect.fail(new InvocationRejected({ code, message, status }))
+const reject = (code: RejectionCode, message: string, status = 401) => Effect.fail(new InvocationRejected({ code, message, status }))
 
 export interface Actor {
   readonly type: "user" | "service_actor" | "api_key"
@@ -139,8 +132,7 @@ export interface Verifier {
 }
 
 /** `sha-256=` + base64url (no padding) of the SHA-256 of `body`: the `input_digest` claim. */
-export const inputDigest = (body: Uint8Array | string): string =>
-  `sha-256=${createHash("sha256").update(body).digest("base64url")}`
+export const inputDigest = (body: Uint8Array | string): string => `sha-256=${createHash("sha256").update(body).digest("base64url")}`
 
 const header = (headers: InvocationRequest["headers"], name: string): string | undefined => {
   for (const [key, value] of Object.entries(headers)) {

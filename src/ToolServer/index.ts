@@ -51,9 +51,9 @@ export {
 export {
   ensureSchema,
   OperationConflict,
+  reconcile,
   type Reconciliation,
   type ReconciliationStatus,
-  reconcile,
   runWrite,
   ToolFailure
 } from "./WriteLedger.js"

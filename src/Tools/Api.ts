@@ -1,6 +1,7 @@
 /** Connections, tools and the public key set of invocation signing (D10, D12). */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+
 import { Connection, CreateConnection, Tool, ToolListParams } from "../Domain/Tools.js"
 import { ListParams } from "../Kernel/Cursor.js"
 import { List, Single } from "../Kernel/Envelope.js"
@@ -16,9 +17,12 @@ export class ConnectionsApi extends HttpApiGroup.make("connections")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateConnection)
       .addSuccess(Single(Connection, 201))
-      .annotate(OpenApi.Description, "Registers a customer HTTPS connection, `pending_review` until an operator reviews it. " +
-        "The destination must be public HTTPS (400 `destination_refused`); operation schemas must be valid JSON Schema " +
-        "2020-12 (400 `invalid_json_schema`); every write needs a `reconciliation_path`.")
+      .annotate(
+        OpenApi.Description,
+        "Registers a customer HTTPS connection, `pending_review` until an operator reviews it. " +
+          "The destination must be public HTTPS (400 `destination_refused`); operation schemas must be valid JSON Schema " +
+          "2020-12 (400 `invalid_json_schema`); every write needs a `reconciliation_path`."
+      )
       .annotate(RequiredScopes, ["connections:write"])
   )
   .add(
@@ -36,7 +40,10 @@ export class ConnectionsApi extends HttpApiGroup.make("connections")
     HttpApiEndpoint.get("listTool")`/v1/tenants/${tenantId}/environments/${environment}/tools`
       .setUrlParams(Schema.Struct({ ...ListParams.fields, ...ToolListParams.fields }))
       .addSuccess(List(Tool))
-      .annotate(OpenApi.Description, "Tools of reviewed connections, one per operation, each with an immutable id; `connection_id` filters.")
+      .annotate(
+        OpenApi.Description,
+        "Tools of reviewed connections, one per operation, each with an immutable id; `connection_id` filters."
+      )
       .annotate(RequiredScopes, ["connections:read"])
   )
   .add(
@@ -55,7 +62,10 @@ export class KeySetApi extends HttpApiGroup.make("jwks")
   .add(
     HttpApiEndpoint.get("getJwks")`/v1/tenants/${tenantId}/environments/${environment}/jwks.json`
       .addSuccess(Jwks)
-      .annotate(OpenApi.Description, "The Ed25519 keys (JWK, `alg` EdDSA) tool invocation tokens of this cell are signed with. " +
-        "No authentication. A rotated-out key stays listed until every token it signed has expired.")
+      .annotate(
+        OpenApi.Description,
+        "The Ed25519 keys (JWK, `alg` EdDSA) tool invocation tokens of this cell are signed with. " +
+          "No authentication. A rotated-out key stays listed until every token it signed has expired."
+      )
   )
 {}

@@ -1,6 +1,7 @@
 /** Handlers of connections, tools and the public key set (D10, D12). */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+
 import { Api } from "../Api.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Tools } from "../Tools.js"
@@ -15,6 +16,9 @@ export const ConnectionsLive = HttpApiBuilder.group(Api, "connections", (handler
       .handle("listTool", inCell((p, { urlParams }) => tools.listTools(p, urlParams)))
       .handle("getTool", inCell((p, { path }) => tools.getTool(p, path.tool_id)))))
 
-export const KeySetLive = HttpApiBuilder.group(Api, "jwks", (handlers) =>
-  Effect.map(SigningKeys, (signing) =>
-    handlers.handle("getJwks", ({ path }) => signing.jwksOf(path.tenant_id, path.environment))))
+export const KeySetLive = HttpApiBuilder.group(
+  Api,
+  "jwks",
+  (handlers) =>
+    Effect.map(SigningKeys, (signing) => handlers.handle("getJwks", ({ path }) => signing.jwksOf(path.tenant_id, path.environment)))
+)

@@ -15,8 +15,9 @@
  */
 import { Data, Effect } from "effect"
 import { request } from "undici"
-import type { CellRef } from "../Kernel/Principal.js"
+
 import { AppConfig } from "../Config/AppConfig.js"
+import type { CellRef } from "../Kernel/Principal.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { inputDigest, SigningKeys } from "./Signing.js"
 
@@ -102,10 +103,18 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
                 : CallOutcome.Ok({ status: res.statusCode, body: parsed })
             }
             if (res.statusCode >= 300 && res.statusCode < 400) {
-              return CallOutcome.Rejected({ status: res.statusCode, message: `the tool answered a redirect (${res.statusCode}); redirects are not followed`, body: undefined })
+              return CallOutcome.Rejected({
+                status: res.statusCode,
+                message: `the tool answered a redirect (${res.statusCode}); redirects are not followed`,
+                body: undefined
+              })
             }
             if (res.statusCode >= 400 && res.statusCode < 500 && res.statusCode !== 408) {
-              return CallOutcome.Rejected({ status: res.statusCode, message: `the tool refused the call (${res.statusCode})`, body: parsed })
+              return CallOutcome.Rejected({
+                status: res.statusCode,
+                message: `the tool refused the call (${res.statusCode})`,
+                body: parsed
+              })
             }
             return CallOutcome.Ambiguous({ message: `the tool answered ${res.statusCode}` })
           },

@@ -4,8 +4,8 @@
  * typos are refused at registration), and every invocation body and every result is validated
  * against the registered schemas. Compiled validators are cached by the schema's text.
  */
-import * as Ajv2020Module from "ajv/dist/2020.js"
 import type { ErrorObject, ValidateFunction } from "ajv"
+import * as Ajv2020Module from "ajv/dist/2020.js"
 
 // ajv is CommonJS: under ESM its class is the module's `default`.
 const Ajv2020 = Ajv2020Module.default as unknown as typeof Ajv2020Module.Ajv2020

@@ -5,6 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { type OperationEvent, OperationStatus, operationTransition } from "../Domain/Tools.js"
 import { EnvironmentName } from "../Kernel/Ids.js"

@@ -1,6 +1,7 @@
 /** SQL of connections and tools (contract 2.3, 3.2; D10, D12). Rows decoded; no service logic. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import { ConnectionStatus, type CreateConnection, Operation } from "../Domain/Tools.js"
 import { EnvironmentName } from "../Kernel/Ids.js"

@@ -9,16 +9,18 @@
  * `aud` = the exact URL called, `sub`, `iat`, `exp` <= 60 s later, `jti`, `tenant_id`,
  * `environment`, `actor`, `operation_id`, `input_digest`, `cell_generation`, `run_id`, `tool_id`).
  */
+import { createHash, randomBytes } from "node:crypto"
+
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, Redacted } from "effect"
-import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK, SignJWT } from "jose"
-import { createHash, randomBytes } from "node:crypto"
+import { type CryptoKey, exportJWK, generateKeyPair, importJWK, type JWK, SignJWT } from "jose"
+
+import { AppConfig } from "../Config/AppConfig.js"
+import { Secrets } from "../Crypto/Secrets.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { PlatformRepo } from "../Platform/Repo.js"
 import { SigningRepo } from "./SigningRepo.js"
-import { Secrets } from "../Crypto/Secrets.js"
-import { AppConfig } from "../Config/AppConfig.js"
 
 /** Seconds a retired key stays published beyond the life of the last token it signed. */
 const CLOCK_SKEW_SECONDS = 60
@@ -26,8 +28,7 @@ const CLOCK_SKEW_SECONDS = 60
 const ACTIVE_CACHE_MS = 30_000
 
 /** `sha-256=` + base64url of the SHA-256 of the exact body bytes (D10 `input_digest`). */
-export const inputDigest = (body: Uint8Array | string): string =>
-  `sha-256=${createHash("sha256").update(body).digest("base64url")}`
+export const inputDigest = (body: Uint8Array | string): string => `sha-256=${createHash("sha256").update(body).digest("base64url")}`
 
 export interface InvocationClaims {
   readonly audience: string
@@ -61,9 +62,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
 
     const newKey = (cell: CellRef, at: Date) =>
       Effect.gen(function*() {
-        const { privateKey, publicKey } = yield* Effect.promise(() =>
-          generateKeyPair("EdDSA", { crv: "Ed25519", extractable: true })
-        )
+        const { privateKey, publicKey } = yield* Effect.promise(() => generateKeyPair("EdDSA", { crv: "Ed25519", extractable: true }))
         const kid = `sk_${randomBytes(12).toString("base64url")}`
         const publicJwk = { ...(yield* Effect.promise(() => exportJWK(publicKey))), kid, alg: "EdDSA", use: "sig" }
         const privateJwk = yield* Effect.promise(() => exportJWK(privateKey))

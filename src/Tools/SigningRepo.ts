@@ -1,6 +1,7 @@
 /** SQL of the cells' invocation signing keys (D10): the private half sealed, the public half as a JWK. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
+
 import type { Sealed } from "../Crypto/Secrets.js"
 import * as Rows from "../Database/Rows.js"
 import type { CellRef } from "../Kernel/Principal.js"

@@ -1,5 +1,6 @@
 /** Usage (D16). */
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+
 import { Usage, UsageParams } from "../Domain/Usage.js"
 import { Single } from "../Kernel/Envelope.js"
 import { environment, tenantId } from "../Kernel/Params.js"
@@ -10,8 +11,11 @@ export class UsageApi extends HttpApiGroup.make("usage")
     HttpApiEndpoint.get("getUsage")`/v1/tenants/${tenantId}/environments/${environment}/usage`
       .setUrlParams(UsageParams)
       .addSuccess(Single(Usage))
-      .annotate(OpenApi.Description, "Runs, model calls, tokens, tool calls and run seconds in [from, to), computed from " +
-        "usage records; buckets by day, agent_revision (default) or model_profile.")
+      .annotate(
+        OpenApi.Description,
+        "Runs, model calls, tokens, tool calls and run seconds in [from, to), computed from " +
+          "usage records; buckets by day, agent_revision (default) or model_profile."
+      )
       .annotate(RequiredScopes, ["usage:read"])
   )
   .middleware(ServiceKey)

@@ -1,6 +1,7 @@
 /** Usage read models (D16): buckets computed from usage records and runs, never from counters. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema, type Types } from "effect"
+
 import * as Rows from "../Database/Rows.js"
 import type { UsageGroupBy, UsageTotals } from "../Domain/Usage.js"
 
@@ -65,7 +66,7 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
         const buckets = new Map<string, Types.Mutable<UsageTotals>>()
         const bucket = (key: string) => {
           let b = buckets.get(key)
-          if (!b) buckets.set(key, (b = { runs: 0, model_calls: 0, input_tokens: 0, output_tokens: 0, tool_calls: 0, run_seconds: 0 }))
+          if (!b) buckets.set(key, b = { runs: 0, model_calls: 0, input_tokens: 0, output_tokens: 0, tool_calls: 0, run_seconds: 0 })
           return b
         }
         for (const r of records) {
