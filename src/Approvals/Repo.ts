@@ -8,17 +8,13 @@ import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
 import { type Approval, type ApprovalEvent, ApprovalStatus, approvalTransition } from "../Domain/Approvals.js"
-import { EnvironmentName, toIso } from "../Kernel/Ids.js"
+import { ToolCallOfRun } from "../Domain/Runs.js"
+import { toIso } from "../Kernel/Ids.js"
 
 const UserRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
 
 export const ApprovalRow = Schema.Struct({
-  id: Schema.String,
-  tenant_id: Schema.String,
-  environment: EnvironmentName,
-  run_id: Schema.String,
-  tool_call_id: Schema.String,
-  tool_id: Schema.String,
+  ...ToolCallOfRun,
   operation: Schema.Struct({
     tool_id: Schema.String,
     connection_id: Schema.String,

@@ -1,10 +1,20 @@
 /** Conversations, runs, run events and usage (contract 2.3, 3.1, 6; decisions D7, D8, D16). */
 import { Schema } from "effect"
 
-import { Timestamp } from "../Kernel/Ids.js"
+import { EnvironmentName, Timestamp } from "../Kernel/Ids.js"
 import { EventType, RunStatus } from "./RunState.js"
 
 const IdRef = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+
+/** The identity of one tool call of a run: approvals and dispatched writes are recorded by it. */
+export const ToolCallOfRun = {
+  id: Schema.String,
+  tenant_id: Schema.String,
+  environment: EnvironmentName,
+  run_id: Schema.String,
+  tool_call_id: Schema.String,
+  tool_id: Schema.String
+}
 
 export const Conversation = Schema.Struct({
   id: Schema.String,

@@ -213,19 +213,18 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       }
       const operationId = yield* makeId("op")
       const at = yield* now
+      const record = {
+        id: operationId,
+        tenant_id: row.tenant_id,
+        environment: row.environment,
+        run_id: row.id,
+        tool_call_id: call.call_id,
+        tool_id: tool.id
+      }
       const dispatched = yield* env.commit({
         trigger: Trigger.ToolCallStarted(),
         data: { ...callData, tool_id: tool.id, effect: "write", input: call.input, operation_id: operationId, approval_id: approval.id },
-        also: operations.insertOperation({
-          id: operationId,
-          tenant_id: row.tenant_id,
-          environment: row.environment,
-          run_id: row.id,
-          tool_call_id: call.call_id,
-          tool_id: tool.id,
-          approval_id: approval.id,
-          at
-        })
+        also: operations.insertOperation({ ...record, approval_id: approval.id, at })
       })
       if (!dispatched) return "stop" as Next
       // The call and the record of its answer are one uninterruptible step: a cancel (or a
@@ -243,12 +242,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       const outcome = answered
       yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
       operation = {
-        id: operationId,
-        tenant_id: row.tenant_id,
-        environment: row.environment,
-        run_id: row.id,
-        tool_call_id: call.call_id,
-        tool_id: tool.id,
+        ...record,
         status: "dispatched",
         output: null,
         attempts: 1,

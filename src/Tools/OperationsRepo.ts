@@ -7,16 +7,11 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
+import { ToolCallOfRun } from "../Domain/Runs.js"
 import { type OperationEvent, OperationStatus, operationTransition } from "../Domain/Tools.js"
-import { EnvironmentName } from "../Kernel/Ids.js"
 
 export const OperationRow = Schema.Struct({
-  id: Schema.String,
-  tenant_id: Schema.String,
-  environment: EnvironmentName,
-  run_id: Schema.String,
-  tool_call_id: Schema.String,
-  tool_id: Schema.String,
+  ...ToolCallOfRun,
   status: OperationStatus,
   output: Schema.Unknown,
   attempts: Schema.Number,
