@@ -15,7 +15,7 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { withinCeiling } from "./Kernel/Policy.js"
-import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
@@ -41,7 +41,6 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* PlatformRepo
     const config = yield* AppConfig
-    const cellOf = (p: Principal) => `${p.tenantId}/${p.environment}`
 
     const queueDeletion = (p: CellRef, resourceType: DeletionJob["resource_type"], resourceId: string, at: Date) =>
       Effect.gen(function*() {
@@ -84,7 +83,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     // malformed is 400 `invalid_cursor`).
     const listEnvironments = (p: Principal, params: Cursor.ListParams) =>
       Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, "environments", cellOf(p))
+        const after = yield* Cursor.decode(params.cursor, "environments", cellKey(p))
         const row = yield* repo.environment(p.tenantId, p.environment)
         return {
           items: row && row.state !== "deleted" && (after === undefined || row.id < after) ? [Rows.toEnvironment(row)] : [],
@@ -94,7 +93,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
     const listTenants = (p: Principal, params: Cursor.ListParams) =>
       Effect.gen(function*() {
-        const after = yield* Cursor.decode(params.cursor, "tenants", cellOf(p))
+        const after = yield* Cursor.decode(params.cursor, "tenants", cellKey(p))
         const tenant = yield* getTenant(p)
         return { items: after === undefined || tenant.id < after ? [tenant] : [], next_cursor: null }
       })

@@ -58,7 +58,6 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const platform = yield* Platform
     const agents = yield* Agents
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-    const cellOf = (p: Principal) => ({ tenantId: p.tenantId, environment: p.environment })
 
     const visible = (p: Principal, workspaceId: string) =>
       Effect.map(platform.allowedWorkspace(p), Option.match({ onNone: () => true, onSome: (w) => w === workspaceId }))
@@ -124,7 +123,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     /** The answer to an admitted run: `Location`, and with `Prefer: wait=N` the run once it ended (or after N s). */
     const admittedReply = (p: Principal, run: Run, prefer: string | undefined) =>
       Effect.gen(function*() {
-        yield* cells.send(cellOf(p), new StartRun({ runId: run.id }))
+        yield* cells.send(p, new StartRun({ runId: run.id }))
         yield* setResponseHeader("location", runPath(p, run.id))
         const wait = preferredWait(prefer)
         if (wait !== undefined) {
@@ -220,7 +219,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
         const after = Option.getOrThrow(yield* repo.run(runId))
         if (after.status === "cancel_requested") {
-          yield* cells.send(cellOf(p), new CancelRun({ runId })).pipe(Effect.forkDaemon)
+          yield* cells.send(p, new CancelRun({ runId })).pipe(Effect.forkDaemon)
         } else if (isTerminal(after.status) && after.status !== "cancelled") {
           return yield* new Conflict({
             code: "run_not_cancellable",
@@ -272,7 +271,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const after = lastEventId !== undefined && lastEventId !== ""
           ? yield* afterSequence(runId, lastEventId, "Last-Event-ID")
           : yield* afterSequence(runId, cursor, "cursor")
-        const reply = yield* cells.send(cellOf(p), new OpenStream({ actorId: p.actor.id }))
+        const reply = yield* cells.send(p, new OpenStream({ actorId: p.actor.id }))
         if (!reply.opened) {
           const limit = reply.limit === "cell"
             ? `${config.runs.streamsPerCell} open streams per environment`

@@ -10,7 +10,7 @@ import { EnvironmentName } from "../Kernel/Ids.js"
 export const CellId = Schema.Struct({ tenantId: Schema.String, environment: EnvironmentName })
 export type CellId = typeof CellId.Type
 
-export const cellKey = (id: CellId): string => `${id.tenantId}/${id.environment}`
+export { cellKey } from "../Kernel/Principal.js"
 
 /** Admit one API request: spend a token of the cell's rate limit. */
 export class AdmitRequest extends Schema.TaggedClass<AdmitRequest>()("AdmitRequest", {}) {}

@@ -6,6 +6,7 @@
 import { Effect, Schema } from "effect"
 
 import { InvalidRequest } from "./Errors.js"
+import { cellKey } from "./Principal.js"
 
 export const ListParams = Schema.Struct({
   limit: Schema.optional(
@@ -67,7 +68,7 @@ export const listPage = <Row extends { id: string }, A, E>(
 ) =>
 (p: { readonly tenantId: string; readonly environment: string }, params: ListParams) =>
   Effect.gen(function*() {
-    const cell = `${p.tenantId}/${p.environment}`
+    const cell = cellKey(p)
     const after = yield* decode(params.cursor, list, cell)
     const limit = params.limit ?? DEFAULT_LIMIT
     const rows = yield* fetch(p.tenantId, p.environment, after, limit)

@@ -20,3 +20,6 @@ export class CurrentPrincipal extends Context.Tag("CurrentPrincipal")<CurrentPri
 
 /** The tenant and environment an operation acts in: a Principal, or the operator plane naming a cell. */
 export type CellRef = Pick<Principal, "tenantId" | "environment">
+
+/** A cell as one string, `tenant/environment` (map keys, cursors). */
+export const cellKey = (cell: CellRef): string => `${cell.tenantId}/${cell.environment}`
