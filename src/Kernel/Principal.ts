@@ -22,4 +22,4 @@ export class CurrentPrincipal extends Context.Tag("CurrentPrincipal")<CurrentPri
 export type CellRef = Pick<Principal, "tenantId" | "environment">
 
 /** A cell as one string, `tenant/environment` (map keys, cursors). */
-export const cellKey = (cell: CellRef): string => `${cell.tenantId}/${cell.environment}`
+export const cellKey = (cell: { readonly tenantId: string; readonly environment: string }): string => `${cell.tenantId}/${cell.environment}`
