@@ -8,20 +8,12 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Fiber, Layer, Scope, TestClock } from "effect"
-import { createRequire } from "node:module"
-import * as net from "node:net"
 import { Cells } from "../src/Cells/Cells.js"
 import type { AppConfigShape } from "../src/Config/AppConfig.js"
-import { freshDatabase, makeTestApp, TestApp } from "./support/App.js"
+import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, provisionSandbox, type Reply, request, type Sandbox } from "./support/Client.js"
-
-// `pg` ships no type declarations: the slice used here.
-interface PgClient {
-  connect(): Promise<void>
-  query(text: string): Promise<{ rows: Array<Record<string, unknown>> }>
-  end(): Promise<void>
-}
-const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connectionString: string }) => PgClient }
+import { freshDatabase, pg } from "./support/Database.js"
+import { canConnect } from "./support/Server.js"
 
 /** One emission interval at 60 requests/second. */
 const EMISSION_MS = 1000 / 60
@@ -227,15 +219,7 @@ describe("cells: generation and lifecycle", () => {
 })
 
 describe("cells: shutdown", () => {
-  const canConnect = (port: number) =>
-    Effect.async<boolean>((resume) => {
-      const socket = net.connect({ host: "127.0.0.1", port })
-      socket.once("connect", () => {
-        socket.destroy()
-        resume(Effect.succeed(true))
-      })
-      socket.once("error", () => resume(Effect.succeed(false)))
-    })
+  const connects = (port: number) => Effect.promise(() => canConnect(port))
 
   it.live("a /v1 request in flight when the service stops is still served by its (new) cell; then the stop completes", () =>
     Effect.gen(function*() {
@@ -264,8 +248,8 @@ describe("cells: shutdown", () => {
 
       // Stop the service (what SIGTERM does) while the request waits, before it reached its cell.
       const stopping = yield* Effect.fork(Scope.close(scope, Exit.void))
-      for (let i = 0; i < 500 && (yield* canConnect(port)); i++) yield* settle
-      expect(yield* canConnect(port)).toBe(false)
+      for (let i = 0; i < 500 && (yield* connects(port)); i++) yield* settle
+      expect(yield* connects(port)).toBe(false)
 
       yield* Effect.promise(() => locker.query("COMMIT"))
       const res = yield* Effect.promise(() => pending).pipe(Effect.timeout("10 seconds"))

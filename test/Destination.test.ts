@@ -25,7 +25,9 @@ import {
 } from "../src/Outbound/Guard.js"
 import { makeTestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
+import { CONNECTION_SCOPES, RUN_SCOPES } from "./support/Sandboxes.js"
 import { connectionBody } from "./support/ToolHost.js"
+import { TOOL_ISSUER } from "./support/ToolSandbox.js"
 import { eventually } from "./support/Waiting.js"
 
 /** Refused at registration without any DNS: scheme, form, name or literal address. */
@@ -317,8 +319,7 @@ describe("guarded dispatcher against real servers", () => {
     }))
 })
 
-const SCOPES = ["agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write", "connections:read", "connections:write"]
-const ISSUER = "https://platform.test"
+const SCOPES = [...RUN_SCOPES, ...CONNECTION_SCOPES]
 
 describe("through the service", () => {
   it.live("POST /connections refuses every vector with 400 destination_refused and admits the controls", () =>
@@ -337,7 +338,7 @@ describe("through the service", () => {
       }
     }).pipe(
       Effect.scoped,
-      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(ISSUER) } })),
+      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER) } })),
       Effect.provideService(Resolver, { lookup: tableLookup(DNS) })
     ), 60_000)
 
@@ -375,7 +376,7 @@ describe("through the service", () => {
       expect(stats.connections).toBe(0)
     }).pipe(
       Effect.scoped,
-      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(ISSUER), requestTimeoutSeconds: 2 } })),
+      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER), requestTimeoutSeconds: 2 } })),
       Effect.provideService(Resolver, { lookup: rebindingLookup().lookup })
     ), 60_000)
 })

@@ -6,13 +6,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { ConfigProvider, Effect, Either, Logger, LogLevel, Option, Redacted } from "effect"
+import { Effect, Either, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { Agents } from "../src/Agents.js"
 import { QUICKSTART_GREETING } from "../src/Operator/Quickstart.js"
 import { Deletions } from "../src/Platform/Deletions.js"
 import { AppConfig } from "../src/Config/AppConfig.js"
-import { makeTestApp } from "./support/App.js"
+import { loadSettings, makeTestApp } from "./support/App.js"
 import { expectError, expectSingle } from "./support/Envelopes.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 
@@ -235,9 +235,6 @@ describe("operator quickstart (D1)", () => {
 
 // ---------------------------------------------------------------------------------------------
 // QUICKSTART_MODEL
-
-const loadSettings = (env: Record<string, string>) =>
-  Effect.either(Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 describe("QUICKSTART_MODEL", () => {
   it.effect("unset, empty or scripted: the scripted model; openai:/anthropic:<model> with the provider's key", () =>

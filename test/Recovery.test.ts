@@ -15,15 +15,15 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
-import { freshDatabase, OPERATOR_TOKEN } from "./support/App.js"
+import { OPERATOR_TOKEN } from "./support/App.js"
+import { freshDatabase } from "./support/Database.js"
+import { RUN_SCOPES, TERMINAL } from "./support/Sandboxes.js"
 import { type ChildServer, killAllChildren, startChild } from "./support/Server.js"
+import { realSleep } from "./support/Waiting.js"
 
 afterEach(killAllChildren)
 
-const SCOPES = ["agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write"]
-const TERMINAL = ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"]
 const SUCCEEDED_EVENTS = ["run.queued", "run.started", "run.message", "run.succeeded"]
-const sleep = (ms: number) => Effect.promise(() => new Promise<void>((r) => setTimeout(r, ms)))
 
 const call = (base: string, method: string, path: string, token: string, body?: unknown) =>
   Effect.promise(async () => {
@@ -96,7 +96,7 @@ describe("crash recovery", () => {
       const tenantId: string = approved.json.tenant_id
       const key = yield* call(base(), "POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, OPERATOR_TOKEN, {
         name: "crash",
-        scopes: SCOPES
+        scopes: RUN_SCOPES
       })
       expectStatus(key, 201, "api key")
       const P = `/v1/tenants/${tenantId}/environments/sandbox`
@@ -128,7 +128,7 @@ describe("crash recovery", () => {
         const previous = generations.at(-1)!
         let g = yield* generation
         for (let i = 0; i < 150 && g <= previous; i++) {
-          yield* sleep(100)
+          yield* realSleep(100)
           g = yield* generation
         }
         expect(g, `cell_generation after restart ${generations.length}`).toBeGreaterThan(previous)
@@ -196,10 +196,10 @@ describe("crash recovery", () => {
       for (let i = 0; i < 300 && runningNow < 2; i++) {
         const statuses = yield* statusesOf(second)
         runningNow = [...statuses.values()].filter((s) => s === "running").length
-        if (runningNow < 2) yield* sleep(50)
+        if (runningNow < 2) yield* realSleep(50)
       }
       expect(runningNow, "runs of the second batch running before kill point 2").toBeGreaterThanOrEqual(2)
-      yield* sleep(700) // mid model call (the scripted step sleeps 1.5 s)
+      yield* realSleep(700) // mid model call (the scripted step sleeps 1.5 s)
       const atKill2 = yield* killPoint(2)
       const runningAtKill2 = admitted.filter((id) => atKill2.status.get(id) === "running")
       expect(runningAtKill2.length, "runs executing at kill point 2").toBeGreaterThanOrEqual(2)
@@ -212,7 +212,7 @@ describe("crash recovery", () => {
       server = yield* start()
       yield* restoredGeneration
       yield* admit(6, "k3")
-      yield* sleep(2200)
+      yield* realSleep(2200)
       const atKill3 = yield* killPoint(3)
 
       // ---- server D: every admitted run ends -----------------------------------------------------
@@ -222,7 +222,7 @@ describe("crash recovery", () => {
       for (let i = 0; i < 400; i++) {
         finalStatus = yield* statusesOf(admitted)
         if (admitted.every((id) => TERMINAL.includes(finalStatus.get(id) ?? ""))) break
-        yield* sleep(100)
+        yield* realSleep(100)
       }
       const open = admitted.filter((id) => !TERMINAL.includes(finalStatus.get(id) ?? "missing"))
       expect(open, `runs not terminal 40 s after the last restart:\n${server.output()}`).toEqual([])

@@ -8,8 +8,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted } from "effect"
-import { defaultToolConfig } from "../src/Config/AppConfig.js"
+import { Effect, Layer, Redacted } from "effect"
 import {
   CREATE_REFUND_PATH,
   type ExampleOptions,
@@ -17,9 +16,11 @@ import {
   REFUND_RECONCILIATION_PATH,
   startExample
 } from "../src/ToolServer/Example.js"
-import { freshDatabase, makeTestApp } from "./support/App.js"
+import { makeTestApp } from "./support/App.js"
+import { freshDatabase } from "./support/Database.js"
+import { TERMINAL } from "./support/Sandboxes.js"
 import { connectionBody } from "./support/ToolHost.js"
-import { TERMINAL, TOOL_ISSUER, toolSandbox } from "./support/ToolSandbox.js"
+import { TOOL_ISSUER, toolSandbox, toolSettings } from "./support/ToolSandbox.js"
 
 const exampleConnection = (baseUrl: string) =>
   connectionBody(baseUrl, { read: GET_ORDER_PATH, write: CREATE_REFUND_PATH, reconciliation: REFUND_RECONCILIATION_PATH })
@@ -38,10 +39,7 @@ const setup = (steps: ReadonlyArray<Record<string, unknown>>, options: Partial<E
     return { ...s, example: s.server }
   })
 
-const appLayer = () =>
-  makeTestApp({
-    tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER), destinationAllowlist: "127.0.0.1/32", requestTimeoutSeconds: 2, reconcilePollSeconds: 1 }
-  })
+const appLayer = () => makeTestApp(toolSettings())
 
 /** The run succeeded, the write ran exactly once, and the agent got that refund. */
 const succeededWithOneRefund = (s: Effect.Effect.Success<ReturnType<typeof setup>>, runId: string) =>

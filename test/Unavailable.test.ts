@@ -6,8 +6,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { admin, freshDatabase, makeTestApp } from "./support/App.js"
+import { makeTestApp } from "./support/App.js"
 import { provisionSandbox, request } from "./support/Client.js"
+import { admin, freshDatabase } from "./support/Database.js"
 
 const sql = (text: string) => Effect.promise(() => admin((c) => c.query(text)))
 

@@ -6,49 +6,17 @@
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
-import { randomBytes } from "node:crypto"
+import { ConfigProvider, Context, Effect, Layer, Option, Redacted } from "effect"
 import { createServer } from "node:http"
-import { createRequire } from "node:module"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { inject } from "vitest"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
 import { defaultToolConfig, AppConfig, type AppConfigShape } from "../../src/Config/AppConfig.js"
-
-interface PgClient {
-  connect(): Promise<void>
-  query(text: string): Promise<{ rows: Array<Record<string, unknown>> }>
-  end(): Promise<void>
-}
-const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connectionString: string }) => PgClient }
+import { freshDatabase } from "./Database.js"
 
 export const OPERATOR_TOKEN = "op_test_operator_token_0123456789"
-
-/** A statement on the suite's Postgres as its superuser (databases are created and dropped with it). */
-export const admin = async <A>(f: (c: PgClient) => Promise<A>): Promise<A> => {
-  const client = new pg.Client({ connectionString: inject("databaseUrl") })
-  await client.connect()
-  try {
-    return await f(client)
-  } finally {
-    await client.end()
-  }
-}
-
-/** A fresh, empty database for one app; dropped when the scope closes. */
-export const freshDatabase = Effect.acquireRelease(
-  Effect.promise(async () => {
-    const name = `t_${randomBytes(6).toString("hex")}`
-    await admin((c) => c.query(`CREATE DATABASE ${name}`))
-    const url = new URL(inject("databaseUrl"))
-    url.pathname = `/${name}`
-    return { name, url: url.toString() }
-  }),
-  ({ name }) => Effect.promise(() => admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))).pipe(Effect.ignore)
-)
 
 export interface TestAppShape {
   readonly baseUrl: string
@@ -89,5 +57,9 @@ export const makeTestApp = (overrides: Partial<AppConfigShape> = {}, databaseUrl
       )
     })
   )
+
+/** AppConfig as a process would load it from these environment variables (Left: the refusal). */
+export const loadSettings = (env: Record<string, string>) =>
+  Effect.either(Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 export type TestAppServices = TestApp | SqlClient.SqlClient | AppConfig

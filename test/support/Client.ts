@@ -1,4 +1,7 @@
-/** A small HTTP client for tests: real requests over 127.0.0.1 with fetch. */
+/**
+ * A small HTTP client for tests: real requests over 127.0.0.1 with fetch, the operator path of a
+ * new customer (a sandbox and its keys), and a reader of SSE streams.
+ */
 import { Effect } from "effect"
 import { OPERATOR_TOKEN, TestApp } from "./App.js"
 
@@ -77,7 +80,39 @@ export const createKey = (tenantId: string, scopes?: ReadonlyArray<string>, name
     }
   )
 
-export const ALL_MANAGEMENT_SCOPES = [
-  "tenants:read", "tenants:write", "environments:read", "environments:write", "keys:read", "keys:revoke",
-  "users:read", "users:write", "service-actors:read", "service-actors:write"
-] as const
+/** Reads an SSE response until it ends (or `max` events), returning the parsed frames. */
+export const readSse = (url: string, headers: Record<string, string>, max = 1000) =>
+  Effect.promise(async () => {
+    const res = await fetch(url, { headers })
+    const frames: Array<{ id?: string; event?: string; data?: any }> = []
+    let comments = 0
+    if (res.status !== 200) return { status: res.status, headers: res.headers, frames, comments, body: await res.text() }
+    const reader = res.body!.getReader()
+    const decoder = new TextDecoder()
+    let buffer = ""
+    while (frames.length < max) {
+      const { done, value } = await reader.read()
+      if (done) break
+      buffer += decoder.decode(value, { stream: true })
+      let cut: number
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut)
+        buffer = buffer.slice(cut + 2)
+        const frame: { id?: string; event?: string; data?: any } = {}
+        let isComment = true
+        for (const line of block.split("\n")) {
+          if (line.startsWith(":")) continue
+          isComment = false
+          const [field, ...rest] = line.split(":")
+          const value = rest.join(":").replace(/^ /, "")
+          if (field === "id") frame.id = value
+          if (field === "event") frame.event = value
+          if (field === "data") frame.data = JSON.parse(value)
+        }
+        if (isComment) comments++
+        else frames.push(frame)
+      }
+    }
+    await reader.cancel().catch(() => undefined)
+    return { status: res.status, headers: res.headers, frames, comments, body: "" }
+  })

@@ -28,6 +28,17 @@ export const freePort = () =>
     })
   })
 
+/** Whether something accepts connections on the loopback `port`. */
+export const canConnect = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port })
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once("error", () => resolve(false))
+  })
+
 export interface ChildServer {
   readonly baseUrl: string
   readonly pid: number

@@ -1,28 +1,39 @@
 /**
  * A sandbox wired for customer tools, shared by the end-to-end tool suites: a manager key, a tool
  * server of the test's choosing with its connection registered and reviewed, a scripted agent
- * using its tools, the tenant's identity provider, a user, and helpers to run, watch and approve.
+ * using its tools, the tenant's identity provider, a user, and helpers to run, watch and approve;
+ * the tool settings of those suites, and the sandbox on a live test tool host.
  */
 import { expect } from "@effect/vitest"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { exportJWK, generateKeyPair, SignJWT } from "jose"
+import { defaultToolConfig } from "../../src/Config/AppConfig.js"
 import { TestApp } from "./App.js"
-import { createKey, operator, provisionSandbox, type Reply, request } from "./Client.js"
+import { operator, request } from "./Client.js"
+import { expectSingle } from "./Envelopes.js"
+import { agentFixture, sandboxWithKey, scriptedProfile, TERMINAL, TOOL_SCOPES } from "./Sandboxes.js"
+import { connectionBody, startToolHost } from "./ToolHost.js"
 import { eventually } from "./Waiting.js"
 
 export const TOOL_ISSUER = "https://platform.test"
-export const TOOL_SCOPES = [
-  "agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write",
-  "connections:read", "connections:write", "approvals:read", "approvals:write", "actor-sessions:write",
-  "users:read", "users:write", "settings:read", "settings:write", "usage:read"
-]
-export const TERMINAL = ["succeeded", "failed", "cancelled", "expired", "interrupted", "outcome_unknown"]
 
-/** The `data` of a single-resource reply, asserting its status. */
-export const data = (res: Reply, status = 200) => {
-  expect(res.status, res.text).toBe(status)
-  return res.body.data
-}
+/** The app's tool settings for these suites: our issuer, 127.0.0.1 allowlisted, short timeouts. */
+export const toolSettings = (overrides: Partial<typeof defaultToolConfig> = {}) => ({
+  tools: {
+    ...defaultToolConfig,
+    issuer: Option.some(TOOL_ISSUER),
+    destinationAllowlist: "127.0.0.1/32",
+    requestTimeoutSeconds: 2,
+    reconcilePollSeconds: 1,
+    ...overrides
+  }
+})
+
+/** The agent proposes a refund, then says it is done. */
+export const REFUND = [
+  { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
+  { type: "text", text: "Refunded." }
+]
 
 export interface Provisioned {
   readonly tenantId: string
@@ -41,13 +52,13 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
 }) =>
   Effect.gen(function*() {
     const app = yield* TestApp
-    const sb = yield* provisionSandbox()
-    const key = (yield* createKey(sb.tenantId, TOOL_SCOPES, "manager")).secret
+    const sb = yield* sandboxWithKey(TOOL_SCOPES)
+    const key = sb.manager
     const call = (method: string, path: string, body?: unknown, headers?: Record<string, string>) =>
       request(method, `${sb.P}${path}`, { key, ...(body === undefined ? {} : { body }), ...(headers ? { headers } : {}) })
     const server = yield* options.server({ tenantId: sb.tenantId, P: sb.P, jwksUrl: `${app.baseUrl}${sb.P}/jwks.json` })
 
-    const connection = data(yield* call("POST", "/connections", options.connection(server.baseUrl)), 201)
+    const connection = expectSingle(yield* call("POST", "/connections", options.connection(server.baseUrl)), 201)
     expect(connection.status).toBe("pending_review")
     expect(connection.tool_ids).toEqual([])
     const reviewed = yield* operator("POST", `/connections/${connection.id}/review`, { decision: "approve" })
@@ -55,20 +66,17 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
     expect(reviewed.body.status).toBe("active")
     const tools = (yield* call("GET", `/tools?connection_id=${connection.id}`)).body.items as Array<any>
 
-    const ws = data(yield* call("POST", "/workspaces", { name: "Support" }), 201)
-    const mp = data(yield* call("POST", "/model-profiles", { name: "s", provider: "scripted", model: "scripted-1", settings: { steps: options.steps } }), 201)
-    const agent = data(yield* call("POST", "/agents", { workspace_id: ws.id, name: "Helper" }), 201)
-    const rev = data(yield* call("POST", `/agents/${agent.id}/revisions`, {
-      model_profile_id: mp.id,
+    const { rev, ws } = yield* agentFixture(sb.P, key, {
+      profile: scriptedProfile(options.steps),
       instructions: "Help with orders.",
       tool_ids: tools.map((t) => t.id)
-    }), 201)
+    })
 
     // the tenant's identity provider, a user, and a way to get an actor token for them
     const idp = yield* Effect.promise(() => generateKeyPair("ES256"))
     const publicJwk = { ...(yield* Effect.promise(() => exportJWK(idp.publicKey))), kid: "idp-1", alg: "ES256" }
-    data(yield* call("PATCH", "/settings", { identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: { keys: [publicJwk] } } }))
-    const user = data(yield* call("POST", "/users", { external_id: "u-123", display_name: "Ada" }), 201)
+    expectSingle(yield* call("PATCH", "/settings", { identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: { keys: [publicJwk] } } }))
+    const user = expectSingle(yield* call("POST", "/users", { external_id: "u-123", display_name: "Ada" }), 201)
     /** An actor session for the user from an assertion living `seconds` (times from the service's Clock). */
     const actorSession = (seconds = 120) =>
       Effect.gen(function*() {
@@ -77,17 +85,17 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
           new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "idp-1" }).setIssuer("https://idp.acme.test")
             .setAudience("agent-platform").setSubject("u-123").setIssuedAt(iat).setExpirationTime(iat + seconds).sign(idp.privateKey)
         )
-        return data(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201) as { token: string; expires_at: string }
+        return expectSingle(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201) as { token: string; expires_at: string }
       })
     const actorToken = Effect.map(actorSession(), (s) => s.token)
 
     const startRunWith = (headers?: Record<string, string>) =>
       Effect.gen(function*() {
-        const conv = data(yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }), 201)
-        return data(yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "refund order o-1" }] }, headers), 202)
+        const conv = expectSingle(yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }), 201)
+        return expectSingle(yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "refund order o-1" }] }, headers), 202)
       })
     const startRun = startRunWith()
-    const getRun = (id: string) => Effect.map(call("GET", `/runs/${id}`), (r) => data(r))
+    const getRun = (id: string) => Effect.map(call("GET", `/runs/${id}`), (r) => expectSingle(r))
     const eventList = (id: string) => Effect.map(call("GET", `/runs/${id}/events?limit=100`), (r) => r.body.items as Array<any>)
     const waitFor = (id: string, statuses: ReadonlyArray<string>, tries = 100) =>
       eventually(getRun(id), (r) => statuses.includes(r.status), tries)
@@ -103,8 +111,22 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
     const decide = (runId: string, decision: "approve" | "deny" = "approve", reason?: string) =>
       Effect.gen(function*() {
         const approval = yield* approvalOf(runId)
-        return data(yield* call("POST", `/approvals/${approval.id}/decision`, { decision, ...(reason ? { reason } : {}) }, { "x-actor-token": yield* actorToken }))
+        return expectSingle(yield* call("POST", `/approvals/${approval.id}/decision`, { decision, ...(reason ? { reason } : {}) }, { "x-actor-token": yield* actorToken }))
       })
     const toolEvent = (runId: string, type: string) => Effect.map(eventList(runId), (events) => events.find((e) => e.type === type))
     return { sb, key, call, server, tools, ws, rev, user, actorSession, actorToken, startRun, startRunWith, getRun, eventList, waitFor, approvalOf, decide, toolEvent }
   })
+
+/** A sandbox with a reviewed connection to a live tool host (`host`), an identity provider and a user. */
+export const toolHostSandbox = (steps: ReadonlyArray<Record<string, unknown>>) =>
+  Effect.map(
+    toolSandbox({
+      server: (sb) => startToolHost({ jwksUrl: () => sb.jwksUrl, issuer: TOOL_ISSUER, tenantId: () => sb.tenantId }),
+      connection: connectionBody,
+      steps
+    }),
+    (s) => {
+      expect(s.tools.map((t) => t.name).sort()).toEqual(["create_refund", "get_order"])
+      return { ...s, host: s.server }
+    }
+  )

@@ -1,125 +1,20 @@
 /**
- * Starting the service for real: migrations racing between two processes, and `npm start`
- * (`npx tsx src/main.ts`) with its embedded Postgres, operator token, persistence and a clean
- * SIGTERM shutdown.
+ * Starting the service for real: `npm start` (`npx tsx src/main.ts`) with its embedded Postgres,
+ * the operator token generated once (or from OPERATOR_TOKEN), persistence across starts, a clean
+ * SIGTERM shutdown that lets an in-flight request finish, and a non-zero exit when Postgres dies.
  */
-import { PgClient } from "@effect/sql-pg"
-import { SqlClient } from "@effect/sql"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Option, Redacted } from "effect"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as Migrations from "../src/Database/Migrations.js"
-import { AppConfig } from "../src/Config/AppConfig.js"
-import { freshDatabase } from "./support/App.js"
 import { isRunning } from "./support/Processes.js"
+import { canConnect, freePort } from "./support/Server.js"
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 const isRoot = process.getuid?.() === 0
-
-// ---------------------------------------------------------------------------------------------
-// Configuration
-
-const loadSettings = (env: Record<string, string>) =>
-  Effect.either(Effect.withConfigProvider(AppConfig.config, ConfigProvider.fromMap(new Map(Object.entries(env)))))
-
-describe("configuration", () => {
-  it.effect("defaults: an unconfigured process gets the documented values", () =>
-    Effect.gen(function*() {
-      const loaded = yield* loadSettings({})
-      expect(loaded._tag).toBe("Right")
-      const s = (loaded as any).right
-      expect(s).toMatchObject({
-        port: 8080,
-        host: "127.0.0.1",
-        dataDir: "./.data",
-        rateLimit: { ratePerSecond: 60, burst: 120 },
-        cellIdleTimeoutSeconds: 600,
-        dbPoolSize: 20
-      })
-      expect(Option.isNone(s.databaseUrl)).toBe(true)
-      expect(Option.isNone(s.operatorToken)).toBe(true)
-      // Empty DATABASE_URL / OPERATOR_TOKEN count as unset.
-      const empty = yield* loadSettings({ DATABASE_URL: "", OPERATOR_TOKEN: "" })
-      expect(Option.isNone((empty as any).right.databaseUrl)).toBe(true)
-      expect(Option.isNone((empty as any).right.operatorToken)).toBe(true)
-    }))
-
-  it.effect("refuses values the service cannot run with, at start", () =>
-    Effect.gen(function*() {
-      for (
-        const env of [
-          { PORT: "0" },
-          { PORT: "70000" },
-          { DB_POOL_SIZE: "1" }, // migrations need a second connection besides their lock's
-          { CELL_RATE_LIMIT_RPS: "0" },
-          { CELL_RATE_LIMIT_BURST: "0" },
-          { CELL_IDLE_TIMEOUT_SECONDS: "0" }
-        ]
-      ) {
-        const loaded = yield* loadSettings(env)
-        expect(loaded._tag, JSON.stringify(env)).toBe("Left")
-        expect(String((loaded as any).left), JSON.stringify(env)).toContain(Object.keys(env)[0])
-      }
-      const ok = yield* loadSettings({ PORT: "1", DB_POOL_SIZE: "2", CELL_RATE_LIMIT_RPS: "0.5", CELL_RATE_LIMIT_BURST: "1" })
-      expect(ok._tag).toBe("Right")
-    }))
-})
-
-// ---------------------------------------------------------------------------------------------
-// Migrations
-
-describe("migrations", () => {
-  it.live("two processes migrating one fresh database at once both succeed; each migration runs once", () =>
-    Effect.gen(function*() {
-      const expected = (yield* Migrations.loader).map(([id, name]) => [id, name] as const)
-      expect(expected.length).toBeGreaterThan(0)
-
-      // A few rounds, each on its own fresh database, to give a race a chance to show.
-      for (let round = 0; round < 3; round++) {
-        yield* Effect.scoped(Effect.gen(function*() {
-          const db = yield* freshDatabase
-          // Two separate pools, as two processes would have, both connected before the race starts.
-          const pool = () => Layer.build(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 3 }))
-          const a = yield* pool()
-          const b = yield* pool()
-
-          const [ranA, ranB] = yield* Effect.all(
-            [Effect.provide(Migrations.run, a), Effect.provide(Migrations.run, b)],
-            { concurrency: "unbounded" }
-          )
-          // Exactly one of them applied the migrations; the other found nothing left to do.
-          expect([...ranA, ...ranB]).toEqual(expected)
-          expect(Math.min(ranA.length, ranB.length)).toBe(0)
-
-          const sql = SqlClient.SqlClient
-          const rows = yield* Effect.flatMap(
-            sql,
-            (sql) =>
-              sql<{ migration_id: number; name: string; n: number }>`
-                SELECT migration_id, name, count(*) OVER (PARTITION BY migration_id)::int AS n
-                FROM effect_sql_migrations ORDER BY migration_id`
-          ).pipe(Effect.provide(a))
-          expect(rows.map((r) => [r.migration_id, r.name] as const)).toEqual(expected)
-          expect(rows.every((r) => r.n === 1)).toBe(true)
-
-          // The schema is there, and a later start has nothing to do.
-          const envs = yield* Effect.flatMap(sql, (sql) => sql`SELECT count(*)::int AS n FROM environments`).pipe(
-            Effect.provide(b)
-          )
-          expect(envs).toEqual([{ n: 0 }])
-          expect(yield* Effect.provide(Migrations.run, a)).toEqual([])
-        }))
-      }
-    }), 60_000)
-})
-
-// ---------------------------------------------------------------------------------------------
-// `npm start` as a child process
 
 const LISTEN_TIMEOUT = 90_000
 const EXIT_TIMEOUT = 30_000
@@ -133,28 +28,6 @@ const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ti
     await sleep(50)
   }
 }
-
-/** A free loopback port (released again before the service binds it). */
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen({ host: "127.0.0.1", port: 0 }, () => {
-      const address = server.address()
-      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))))
-    })
-  })
-
-const canConnect = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = net.connect({ host: "127.0.0.1", port })
-    socket.once("connect", () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once("error", () => resolve(false))
-  })
-
 
 const parentOf = (pid: number) => {
   const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")

@@ -1,0 +1,247 @@
+/**
+ * Idempotency (D5) when requests overlap, over real HTTP on a fresh database: a changed payload
+ * under a used key (409 idempotency_key_reused), a request still in flight (409
+ * idempotency_key_in_use) and stale reservations taken over, 20 concurrent identical requests, a
+ * run admitted by a request that died, a client that went away, and a request outliving its lock.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber } from "effect"
+import { fingerprint } from "../src/Edge/Idempotency.js"
+import { makeTestApp, TestApp } from "./support/App.js"
+import { operator, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { count, expectFreshError, expectReplayOf, idemRows, replayed, sandbox } from "./support/Idempotency.js"
+import { postUser } from "./support/Sandboxes.js"
+import { eventually, realSleep } from "./support/Waiting.js"
+
+describe("Idempotency over HTTP: conflicts", () => {
+  it.live("a changed payload with the same key is 409 idempotency_key_reused; key order and whitespace are no change", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const first = yield* request("POST", `${sb.P}/users`, {
+        key: sb.key,
+        rawBody: `{"external_id":"ord","display_name":"Ord","email":"o@example.com"}`,
+        idempotencyKey: "k-order"
+      })
+      expect(first.status).toBe(201)
+      const reordered = yield* request("POST", `${sb.P}/users`, {
+        key: sb.key,
+        rawBody: ` { "email" : "o@example.com",\n "display_name":"Ord", "external_id":"ord" } `,
+        idempotencyKey: "k-order"
+      })
+      expectReplayOf(reordered, first)
+
+      for (const changed of [
+        { external_id: "ord", display_name: "Changed", email: "o@example.com" },
+        { external_id: "ord", display_name: "Ord" }, // a field left out
+        { external_id: "ord", display_name: "Ord", email: "o@example.com", extra: 1 }
+      ]) {
+        const r = yield* postUser(sb.P, sb.key, changed, "k-order")
+        expectFreshError(r, 409, "idempotency_key_reused")
+        expect(r.body.error.type).toBe("conflict")
+      }
+      // the stored response is unchanged and still replays
+      expectReplayOf(yield* request("POST", `${sb.P}/users`, {
+        key: sb.key,
+        rawBody: `{"external_id":"ord","display_name":"Ord","email":"o@example.com"}`,
+        idempotencyKey: "k-order"
+      }), first)
+      expect(yield* count("users", sb.tenantId)).toBe(1)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("while the original is in flight: 409 idempotency_key_in_use; a stale reservation is taken over", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const sql = yield* SqlClient.SqlClient
+      const path = `${sb.P}/users`
+      const body = JSON.stringify({ external_id: "inflight", display_name: "In Flight" })
+      const reserve = (key: string, lockedUntil: Date) =>
+        sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
+                                          locked_until, created_at, expires_at)
+            VALUES (${sb.tenantId}, 'sandbox', ${`api_key:${sb.keyId}`}, 'POST', ${path}, ${key},
+                    ${fingerprint("POST", path, body)}, 'in_flight', ${lockedUntil}, ${new Date()},
+                    ${new Date(Date.now() + 7 * 86_400_000)})`.pipe(Effect.orDie)
+      const send = (key: string, raw = body) => request("POST", path, { key: sb.key, rawBody: raw, idempotencyKey: key })
+
+      yield* reserve("k-busy", new Date(Date.now() + 60_000))
+      expectFreshError(yield* send("k-busy"), 409, "idempotency_key_in_use")
+      expectFreshError(yield* send("k-busy"), 409, "idempotency_key_in_use")
+      // a different payload under a held key is still "reused", not "in use"
+      expectFreshError(
+        yield* send("k-busy", JSON.stringify({ external_id: "inflight", display_name: "Other" })),
+        409,
+        "idempotency_key_reused"
+      )
+      expect(yield* count("users", sb.tenantId)).toBe(0)
+      // the reservation itself is left alone
+      expect((yield* idemRows({ tenantId: sb.tenantId, key: "k-busy" }))[0]!.state).toBe("in_flight")
+
+      // the holder died: once its lock has passed, the next request takes the reservation over
+      yield* reserve("k-stale", new Date(Date.now() - 1_000))
+      const taken = yield* send("k-stale")
+      expect(taken.status).toBe(201)
+      expect(replayed(taken)).toBeNull()
+      const [row] = yield* idemRows({ tenantId: sb.tenantId, key: "k-stale" })
+      expect(row).toMatchObject({ state: "completed", status: 201, locked_until: null })
+      expectReplayOf(yield* send("k-stale"), taken)
+      expect(yield* count("users", sb.tenantId)).toBe(1)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("a stale lock written by Postgres itself (microsecond precision) is taken over too", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const sql = yield* SqlClient.SqlClient
+      const path = `${sb.P}/service-actors`
+      const body = JSON.stringify({ name: "stale-us" })
+      // e.g. an operator releasing stuck reservations with `SET locked_until = now()`
+      yield* sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
+                                               locked_until, created_at, expires_at)
+                 VALUES (${sb.tenantId}, 'sandbox', ${`api_key:${sb.keyId}`}, 'POST', ${path}, 'k-us',
+                         ${fingerprint("POST", path, body)}, 'in_flight',
+                         now() - interval '90 seconds' + interval '123 microseconds',
+                         now() - interval '3 minutes', now() + interval '7 days')`.pipe(Effect.orDie)
+      const r = yield* request("POST", path, { key: sb.key, rawBody: body, idempotencyKey: "k-us" })
+      expect(r.status).toBe(201)
+      expect(replayed(r)).toBeNull()
+      expect(yield* count("service_actors", sb.tenantId)).toBe(1)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("20 identical concurrent requests: one execution; every answer is that 201 or 409 in_use", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const payload = { external_id: "race", display_name: "Race" }
+      const replies = yield* Effect.all(
+        Array.from({ length: 20 }, () => postUser(sb.P, sb.key, payload, "k-race")),
+        { concurrency: "unbounded" }
+      )
+      const created = replies.filter((r) => r.status === 201)
+      const busy = replies.filter((r) => r.status === 409)
+      expect(created.length + busy.length).toBe(20)
+      expect(created.length).toBeGreaterThanOrEqual(1)
+      for (const r of busy) expectFreshError(r, 409, "idempotency_key_in_use")
+      const originals = created.filter((r) => replayed(r) === null)
+      expect(originals.length).toBe(1)
+      for (const r of created) expect(r.text).toBe(originals[0]!.text)
+      for (const r of created.filter((r) => replayed(r) !== null)) expectReplayOf(r, originals[0]!)
+      expect(yield* count("users", sb.tenantId)).toBe(1)
+
+      // and afterwards, everyone gets the replay
+      expectReplayOf(yield* postUser(sb.P, sb.key, payload, "k-race"), originals[0]!)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("a run admitted by a request that died before storing its response is the answer to the retry, not a second run", () =>
+    Effect.gen(function*() {
+      const sb = yield* provisionSandbox()
+      const sql = yield* SqlClient.SqlClient
+      const qs = (yield* operator("GET", `/tenants/${sb.tenantId}/environments/sandbox/quickstart`)).body
+      const conv = (yield* request("POST", `${sb.P}/conversations`, { key: sb.key, body: { workspace_id: qs.workspace_id, agent_revision_id: qs.agent_revision_id } })).body.data
+      const post = (idempotencyKey: string) =>
+        request("POST", `${sb.P}/conversations/${conv.id}/runs`, { key: sb.key, idempotencyKey, body: { input: [{ type: "text", text: "hi" }] } })
+      const first = yield* post("k-run")
+      expect(first.status, first.text).toBe(202)
+      const done = yield* eventually(
+        Effect.map(request("GET", `${sb.P}/runs/${first.body.data.id}`, { key: sb.key }), (r) => r.body.data),
+        (r) => r.status === "succeeded"
+      )
+      expect(done.status).toBe("succeeded")
+      // the holder died after admitting the run and before storing its response
+      yield* sql`UPDATE idempotency_keys SET state = 'in_flight', locked_until = now() - interval '1 second',
+                   status = NULL, headers = NULL, body = NULL
+                 WHERE tenant_id = ${sb.tenantId} AND key = 'k-run'`.pipe(Effect.orDie)
+      const retried = yield* post("k-run")
+      expect(retried.status, retried.text).toBe(202)
+      expect(replayed(retried)).toBeNull()
+      expect(retried.body.data).toMatchObject({ id: first.body.data.id, status: "succeeded" })
+      expect(retried.headers.get("location")).toBe(first.headers.get("location"))
+      expect(yield* idemRows({ tenantId: sb.tenantId, key: "k-run" })).toMatchObject([{ state: "completed", status: 202 }])
+      // the conversation is free: another key admits another run (so the retry above could have)
+      const other = yield* post("k-run-2")
+      expect(other.status, other.text).toBe(202)
+      expect(other.body.data.id).not.toBe(first.body.data.id)
+      const [runs] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM runs WHERE conversation_id = ${conv.id}`.pipe(Effect.orDie)
+      expect(runs!.n).toBe(2)
+    }).pipe(Effect.provide(makeTestApp())))
+})
+
+describe("Idempotency over HTTP: client disconnects", () => {
+  it.live("a request whose client went away still completes once; the retry replays it", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const app = yield* TestApp
+      const sql = yield* SqlClient.SqlClient
+      // A slow INSERT that a query cancel cannot stop: the write commits even though the caller
+      // is interrupted, which is what a cancel racing a commit looks like.
+      yield* sql.unsafe(`
+        CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.name = 'slow' THEN
+            BEGIN
+              PERFORM pg_sleep(1);
+            EXCEPTION WHEN query_canceled THEN
+              NULL;
+            END;
+          END IF;
+          RETURN NEW;
+        END $$`).pipe(Effect.orDie)
+      yield* sql.unsafe(`CREATE TRIGGER test_slow BEFORE INSERT ON service_actors
+                         FOR EACH ROW EXECUTE FUNCTION test_slow_insert()`).pipe(Effect.orDie)
+      const sleeping = Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                           WHERE datname = current_database() AND wait_event = 'PgSleep'`.pipe(Effect.orDie),
+        (rows) => rows[0]!.n
+      )
+
+      const controller = new AbortController()
+      const call = yield* Effect.fork(Effect.promise(() =>
+        fetch(`${app.baseUrl}${sb.P}/service-actors`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${sb.key}`, "content-type": "application/json", "idempotency-key": "k-gone" },
+          body: JSON.stringify({ name: "slow" }),
+          signal: controller.signal
+        }).then(() => "answered" as const, () => "aborted" as const)
+      ))
+      for (let i = 0; i < 100 && (yield* sleeping) === 0; i++) yield* realSleep(20)
+      expect(yield* sleeping).toBe(1)
+      controller.abort()
+      expect(yield* Fiber.join(call)).toBe("aborted")
+
+      // retry like a client would, until the original is no longer in flight
+      let retry: Reply | undefined
+      for (let i = 0; i < 100; i++) {
+        yield* realSleep(50)
+        retry = yield* request("POST", `${sb.P}/service-actors`, { key: sb.key, body: { name: "slow" }, idempotencyKey: "k-gone" })
+        if (!(retry.status === 409 && retry.body?.error?.code === "idempotency_key_in_use")) break
+      }
+      // give a (wrong) second execution time to commit before counting
+      for (let i = 0; i < 100 && (yield* sleeping) > 0; i++) yield* realSleep(20)
+      expect(yield* count("service_actors", sb.tenantId, { column: "name", value: "slow" })).toBe(1)
+      expect(retry!.status).toBe(201)
+      expect(replayed(retry!)).toBe("true")
+    }).pipe(Effect.provide(makeTestApp())))
+})
+
+describe("Idempotency over HTTP: long requests", () => {
+  it.live("a request that outlives the lock time keeps its reservation: a retry meanwhile is 409 in_use, never a second execution", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandbox()
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`
+        CREATE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.name = 'slow' THEN PERFORM pg_sleep(2.5); END IF;
+          RETURN NEW;
+        END $$`).pipe(Effect.orDie)
+      yield* sql.unsafe(`CREATE TRIGGER test_slow BEFORE INSERT ON service_actors
+                         FOR EACH ROW EXECUTE FUNCTION test_slow_insert()`).pipe(Effect.orDie)
+      const send = request("POST", `${sb.P}/service-actors`, { key: sb.key, body: { name: "slow" }, idempotencyKey: "k-long" })
+      const original = yield* Effect.fork(send)
+      // the lock is 1 s: without its extension a retry after 1.5 s would take the reservation over
+      yield* realSleep(1500)
+      const mid = yield* send
+      expectFreshError(mid, 409, "idempotency_key_in_use")
+      const first = yield* Fiber.join(original)
+      expect(first.status).toBe(201)
+      expectReplayOf(yield* send, first)
+      expect(yield* count("service_actors", sb.tenantId, { column: "name", value: "slow" })).toBe(1)
+    }).pipe(Effect.provide(makeTestApp({ idempotencyLockSeconds: 1 }))))
+})

@@ -1,0 +1,50 @@
+/**
+ * The service's configuration as a process loads it from its environment: the documented
+ * defaults, empty values counting as unset, and the values it cannot run with refused at start.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Option } from "effect"
+import { loadSettings } from "./support/App.js"
+
+describe("configuration", () => {
+  it.effect("defaults: an unconfigured process gets the documented values", () =>
+    Effect.gen(function*() {
+      const loaded = yield* loadSettings({})
+      expect(loaded._tag).toBe("Right")
+      const s = (loaded as any).right
+      expect(s).toMatchObject({
+        port: 8080,
+        host: "127.0.0.1",
+        dataDir: "./.data",
+        rateLimit: { ratePerSecond: 60, burst: 120 },
+        cellIdleTimeoutSeconds: 600,
+        dbPoolSize: 20
+      })
+      expect(Option.isNone(s.databaseUrl)).toBe(true)
+      expect(Option.isNone(s.operatorToken)).toBe(true)
+      // Empty DATABASE_URL / OPERATOR_TOKEN count as unset.
+      const empty = yield* loadSettings({ DATABASE_URL: "", OPERATOR_TOKEN: "" })
+      expect(Option.isNone((empty as any).right.databaseUrl)).toBe(true)
+      expect(Option.isNone((empty as any).right.operatorToken)).toBe(true)
+    }))
+
+  it.effect("refuses values the service cannot run with, at start", () =>
+    Effect.gen(function*() {
+      for (
+        const env of [
+          { PORT: "0" },
+          { PORT: "70000" },
+          { DB_POOL_SIZE: "1" }, // migrations need a second connection besides their lock's
+          { CELL_RATE_LIMIT_RPS: "0" },
+          { CELL_RATE_LIMIT_BURST: "0" },
+          { CELL_IDLE_TIMEOUT_SECONDS: "0" }
+        ]
+      ) {
+        const loaded = yield* loadSettings(env)
+        expect(loaded._tag, JSON.stringify(env)).toBe("Left")
+        expect(String((loaded as any).left), JSON.stringify(env)).toContain(Object.keys(env)[0])
+      }
+      const ok = yield* loadSettings({ PORT: "1", DB_POOL_SIZE: "2", CELL_RATE_LIMIT_RPS: "0.5", CELL_RATE_LIMIT_BURST: "1" })
+      expect(ok._tag).toBe("Right")
+    }))
+})

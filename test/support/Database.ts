@@ -1,0 +1,41 @@
+/**
+ * The suite's Postgres for tests that need a database of their own: statements as its superuser,
+ * fresh databases dropped with their scope, and the `pg` driver. Loads nothing of the platform, so
+ * suites of code that stands alone (the tool server SDK) use it too.
+ */
+import { Effect } from "effect"
+import { randomBytes } from "node:crypto"
+import { createRequire } from "node:module"
+import { inject } from "vitest"
+
+// `pg` ships no type declarations: the slice used here.
+interface PgClient {
+  connect(): Promise<void>
+  query(text: string): Promise<{ rows: Array<Record<string, unknown>> }>
+  end(): Promise<void>
+}
+/** The `pg` driver, for a plain connection of a test's own. */
+export const pg = createRequire(import.meta.url)("pg") as { Client: new(c: { connectionString: string }) => PgClient }
+
+/** A statement on the suite's Postgres as its superuser (databases are created and dropped with it). */
+export const admin = async <A>(f: (c: PgClient) => Promise<A>): Promise<A> => {
+  const client = new pg.Client({ connectionString: inject("databaseUrl") })
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+
+/** A fresh, empty database; dropped when the scope closes. */
+export const freshDatabase = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const name = `t_${randomBytes(6).toString("hex")}`
+    await admin((c) => c.query(`CREATE DATABASE ${name}`))
+    const url = new URL(inject("databaseUrl"))
+    url.pathname = `/${name}`
+    return { name, url: url.toString() }
+  }),
+  ({ name }) => Effect.promise(() => admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))).pipe(Effect.ignore)
+)
