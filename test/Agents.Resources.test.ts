@@ -133,24 +133,42 @@ describe("agents resources (D12)", () => {
 
       // Unknown ids are 404 naming the parameter.
       expectError(yield* request("GET", `${P}/workspaces/ws_nope`, { key: manager }), 404, "not_found", "resource_missing", "workspace_id")
-      expectError(yield* request("GET", `${P}/agents/agent_nope/revisions`, { key: manager }), 404, "not_found", "resource_missing", "agent_id")
+      expectError(
+        yield* request("GET", `${P}/agents/agent_nope/revisions`, { key: manager }),
+        404,
+        "not_found",
+        "resource_missing",
+        "agent_id"
+      )
       expectError(
         yield* post(P, manager, "/agents/agent_nope/revisions", { model_profile_id: mp.id, instructions: "", tool_ids: [] }),
-        404, "not_found", "resource_missing", "agent_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "agent_id"
       )
       expectError(
         yield* post(P, manager, `/agents/${agent.id}/revisions`, { model_profile_id: "mp_nope", instructions: "", tool_ids: [] }),
-        404, "not_found", "resource_missing", "model_profile_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "model_profile_id"
       )
       expectError(
         yield* post(P, manager, "/agents", { workspace_id: "ws_nope", name: "x" }),
-        404, "not_found", "resource_missing", "workspace_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "workspace_id"
       )
       // Body validation.
       expectError(yield* post(P, manager, "/workspaces", { name: "" }), 400, "invalid_request", "parameter_invalid", "name")
       expectError(
         yield* post(P, manager, "/model-profiles", { ...SCRIPTED, provider: "gemini" }),
-        400, "invalid_request", "parameter_invalid", "provider"
+        400,
+        "invalid_request",
+        "parameter_invalid",
+        "provider"
       )
     }).pipe(Effect.provide(makeTestApp())))
 
@@ -196,15 +214,24 @@ describe("agents resources (D12)", () => {
       // A's workspace / profile / agent cannot be used from B.
       expectError(
         yield* post(b.P, b.manager, "/agents", { workspace_id: fa.ws.id, name: "x" }),
-        404, "not_found", "resource_missing", "workspace_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "workspace_id"
       )
       expectError(
         yield* post(b.P, b.manager, `/agents/${fb.agent.id}/revisions`, { model_profile_id: fa.mp.id, instructions: "", tool_ids: [] }),
-        404, "not_found", "resource_missing", "model_profile_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "model_profile_id"
       )
       expectError(
         yield* post(b.P, b.manager, `/agents/${fa.agent.id}/revisions`, { model_profile_id: fb.mp.id, instructions: "", tool_ids: [] }),
-        404, "not_found", "resource_missing", "agent_id"
+        404,
+        "not_found",
+        "resource_missing",
+        "agent_id"
       )
       // Lists show only the caller's own.
       expect(expectList(yield* request("GET", `${b.P}/agents`, { key: b.manager })).items.map((x) => x.id))
@@ -255,20 +282,35 @@ describe("agents resources (D12)", () => {
       expect(same.id).not.toBe(rev.id)
       expect(same.content_hash).toBe(rev.content_hash)
       const other = expectSingle(
-        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "Be brief!", tool_ids: [] }),
+        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, {
+          model_profile_id: mp.id,
+          instructions: "Be brief!",
+          tool_ids: []
+        }),
         201
       )
       expect(other.content_hash).not.toBe(rev.content_hash)
       const mp2 = expectSingle(yield* post(sb.P, sb.manager, "/model-profiles", { ...SCRIPTED, name: "other" }), 201)
       const otherProfile = expectSingle(
-        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, { model_profile_id: mp2.id, instructions: "Be brief.", tool_ids: [] }),
+        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, {
+          model_profile_id: mp2.id,
+          instructions: "Be brief.",
+          tool_ids: []
+        }),
         201
       )
       expect(otherProfile.content_hash).not.toBe(rev.content_hash)
       // Tools arrive with issue 5: any tool id is unknown for now.
       expectError(
-        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "x", tool_ids: ["tool_1"] }),
-        400, "invalid_request", "unknown_tool", "tool_ids.0"
+        yield* post(sb.P, sb.manager, `/agents/${agent.id}/revisions`, {
+          model_profile_id: mp.id,
+          instructions: "x",
+          tool_ids: ["tool_1"]
+        }),
+        400,
+        "invalid_request",
+        "unknown_tool",
+        "tool_ids.0"
       )
     }).pipe(Effect.provide(makeTestApp())))
 
@@ -314,11 +356,31 @@ describe("agents resources (D12)", () => {
       expectError(yield* profile("scripted"), 400, "invalid_request", "parameter_missing", "settings.steps")
 
       expectError(yield* profile("openai_compatible"), 400, "invalid_request", "parameter_missing", "settings.base_url")
-      expectError(yield* profile("openai_compatible", { base_url: "ftp://example.test" }), 400, "invalid_request", "parameter_invalid", "settings.base_url")
-      expectError(yield* profile("openai_compatible", { base_url: "not a url" }), 400, "invalid_request", "parameter_invalid", "settings.base_url")
+      expectError(
+        yield* profile("openai_compatible", { base_url: "ftp://example.test" }),
+        400,
+        "invalid_request",
+        "parameter_invalid",
+        "settings.base_url"
+      )
+      expectError(
+        yield* profile("openai_compatible", { base_url: "not a url" }),
+        400,
+        "invalid_request",
+        "parameter_invalid",
+        "settings.base_url"
+      )
       // the customer's model server is a destination like a tool's (D10): no local or private
       // addresses, https only, unless the operator's DESTINATION_ALLOWLIST admits it
-      for (const base_url of ["http://127.0.0.1:11434/v1", "https://10.0.0.7/v1", "https://169.254.169.254/v1", "https://localhost/v1", "http://93.184.216.34/v1"]) {
+      for (
+        const base_url of [
+          "http://127.0.0.1:11434/v1",
+          "https://10.0.0.7/v1",
+          "https://169.254.169.254/v1",
+          "https://localhost/v1",
+          "http://93.184.216.34/v1"
+        ]
+      ) {
         expectError(yield* profile("openai_compatible", { base_url }), 400, "invalid_request", "destination_refused", "settings.base_url")
       }
       const compat = expectSingle(yield* profile("openai_compatible", { base_url: "https://93.184.216.34/v1" }), 201)

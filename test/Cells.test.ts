@@ -221,47 +221,51 @@ describe("cells: generation and lifecycle", () => {
 describe("cells: shutdown", () => {
   const connects = (port: number) => Effect.promise(() => canConnect(port))
 
-  it.live("a /v1 request in flight when the service stops is still served by its (new) cell; then the stop completes", () =>
-    Effect.gen(function*() {
-      const db = yield* freshDatabase
-      const scope = yield* Scope.make()
-      const app = yield* Layer.buildWithScope(makeTestApp({}, db.url), scope)
-      const { baseUrl } = Context.get(app, TestApp)
-      const port = Number(new URL(baseUrl).port)
-      const sb = yield* provisionSandbox().pipe(Effect.provide(app))
+  it.live(
+    "a /v1 request in flight when the service stops is still served by its (new) cell; then the stop completes",
+    () =>
+      Effect.gen(function*() {
+        const db = yield* freshDatabase
+        const scope = yield* Scope.make()
+        const app = yield* Layer.buildWithScope(makeTestApp({}, db.url), scope)
+        const { baseUrl } = Context.get(app, TestApp)
+        const port = Number(new URL(baseUrl).port)
+        const sb = yield* provisionSandbox().pipe(Effect.provide(app))
 
-      // Another session holds api_keys: the request's key lookup waits, before it reaches the cell.
-      const locker = new pg.Client({ connectionString: db.url })
-      yield* Effect.acquireRelease(Effect.promise(() => locker.connect()), () => Effect.promise(() => locker.end()))
-      yield* Effect.promise(() => locker.query("BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE"))
-      const pending = Effect.runPromise(request("GET", "/v1/tenants", { key: sb.key }).pipe(Effect.provide(app)))
-      let waiting = 0
-      for (let i = 0; i < 500 && waiting === 0; i++) {
-        yield* settle
-        const rows = yield* Effect.promise(() =>
-          locker.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+        // Another session holds api_keys: the request's key lookup waits, before it reaches the cell.
+        const locker = new pg.Client({ connectionString: db.url })
+        yield* Effect.acquireRelease(Effect.promise(() => locker.connect()), () => Effect.promise(() => locker.end()))
+        yield* Effect.promise(() => locker.query("BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE"))
+        const pending = Effect.runPromise(request("GET", "/v1/tenants", { key: sb.key }).pipe(Effect.provide(app)))
+        let waiting = 0
+        for (let i = 0; i < 500 && waiting === 0; i++) {
+          yield* settle
+          const rows = yield* Effect.promise(() =>
+            locker.query(`SELECT count(*)::int AS n FROM pg_stat_activity
                         WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+          )
+          waiting = rows.rows[0]!.n as number
+        }
+        expect(waiting).toBe(1)
+
+        // Stop the service (what SIGTERM does) while the request waits, before it reached its cell.
+        const stopping = yield* Effect.fork(Scope.close(scope, Exit.void))
+        for (let i = 0; i < 500 && (yield* connects(port)); i++) yield* settle
+        expect(yield* connects(port)).toBe(false)
+
+        yield* Effect.promise(() => locker.query("COMMIT"))
+        const res = yield* Effect.promise(() => pending).pipe(Effect.timeout("10 seconds"))
+        // The listener closes first; the services (the cells among them) stay until in-flight requests are done.
+        expect(res.status, res.text).toBe(200)
+        expect(rateLimitState(res).remaining).toBe(BURST - 1)
+        expect(res.body.items.map((t: any) => t.id)).toEqual([sb.tenantId])
+        const stopped = yield* Fiber.join(stopping).pipe(Effect.timeout("10 seconds"), Effect.either)
+        expect(stopped._tag).toBe("Right")
+        const generation = yield* Effect.promise(() =>
+          locker.query(`SELECT cell_generation AS g FROM environments WHERE tenant_id = '${sb.tenantId}'`)
         )
-        waiting = rows.rows[0]!.n as number
-      }
-      expect(waiting).toBe(1)
-
-      // Stop the service (what SIGTERM does) while the request waits, before it reached its cell.
-      const stopping = yield* Effect.fork(Scope.close(scope, Exit.void))
-      for (let i = 0; i < 500 && (yield* connects(port)); i++) yield* settle
-      expect(yield* connects(port)).toBe(false)
-
-      yield* Effect.promise(() => locker.query("COMMIT"))
-      const res = yield* Effect.promise(() => pending).pipe(Effect.timeout("10 seconds"))
-      // The listener closes first; the services (the cells among them) stay until in-flight requests are done.
-      expect(res.status, res.text).toBe(200)
-      expect(rateLimitState(res).remaining).toBe(BURST - 1)
-      expect(res.body.items.map((t: any) => t.id)).toEqual([sb.tenantId])
-      const stopped = yield* Fiber.join(stopping).pipe(Effect.timeout("10 seconds"), Effect.either)
-      expect(stopped._tag).toBe("Right")
-      const generation = yield* Effect.promise(() =>
-        locker.query(`SELECT cell_generation AS g FROM environments WHERE tenant_id = '${sb.tenantId}'`)
-      )
-      expect(generation.rows).toEqual([{ g: 1 }])
-    }).pipe(Effect.scoped), 30_000)
+        expect(generation.rows).toEqual([{ g: 1 }])
+      }).pipe(Effect.scoped),
+    30_000
+  )
 })

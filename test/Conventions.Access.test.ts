@@ -158,12 +158,14 @@ layer(makeTestApp(), { excludeTestServices: true })("the operator plane is separ
   it.effect("the operator token is not accepted on /v1", () =>
     Effect.gen(function*() {
       const sb = yield* sandboxWithManager()
-      for (const [method, path] of [
-        ["GET", "/v1/tenants"],
-        ["GET", `/v1/tenants/${sb.tenantId}`],
-        ["GET", `${sb.P}/api-keys`],
-        ["POST", `${sb.P}/users`]
-      ] as const) {
+      for (
+        const [method, path] of [
+          ["GET", "/v1/tenants"],
+          ["GET", `/v1/tenants/${sb.tenantId}`],
+          ["GET", `${sb.P}/api-keys`],
+          ["POST", `${sb.P}/users`]
+        ] as const
+      ) {
         const res = yield* request(method, path, {
           key: OPERATOR_TOKEN,
           ...(method === "POST" ? { body: { external_id: "op", display_name: "Op" } } : {})

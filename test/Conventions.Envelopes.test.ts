@@ -187,11 +187,13 @@ layer(makeTestApp(), { excludeTestServices: true })("headers on every response (
     Effect.gen(function*() {
       const sb = yield* sandboxWithManager()
       for (const bad of ["has space", "semi;colon", "slash/id", "quote\"d", "a".repeat(129), ""]) {
-        for (const res of [
-          yield* request("GET", "/v1/tenants", { key: sb.key, headers: { "x-request-id": bad } }),
-          yield* request("GET", "/v1/tenants", { headers: { "x-request-id": bad } }),
-          yield* request("GET", "/nope", { headers: { "x-request-id": bad } })
-        ]) {
+        for (
+          const res of [
+            yield* request("GET", "/v1/tenants", { key: sb.key, headers: { "x-request-id": bad } }),
+            yield* request("GET", "/v1/tenants", { headers: { "x-request-id": bad } }),
+            yield* request("GET", "/nope", { headers: { "x-request-id": bad } })
+          ]
+        ) {
           const id = res.headers.get("x-request-id")
           expect(id).not.toBe(bad)
           expect(id).toMatch(REQUEST_ID)
@@ -203,15 +205,17 @@ layer(makeTestApp(), { excludeTestServices: true })("headers on every response (
   it.effect("RateLimit-Policy and RateLimit on authenticated /v1 responses, errors included", () =>
     Effect.gen(function*() {
       const sb = yield* sandboxWithManager()
-      for (const res of [
-        yield* request("GET", "/v1/tenants", { key: sb.key }),
-        yield* request("GET", `${sb.P}/users?limit=0`, { key: sb.manager }),
-        yield* request("GET", `${sb.P}/users`, { key: sb.key }),
-        yield* request("GET", `${sb.P}/users/user_missing`, { key: sb.manager }),
-        yield* request("GET", "/v1/nope", { key: sb.key }),
-        yield* request("POST", `${sb.P}/users`, { key: sb.manager, body: { external_id: "rl", display_name: "RL" } }),
-        yield* request("POST", `${sb.P}/users`, { key: sb.manager, body: {}, idempotencyKey: false })
-      ]) {
+      for (
+        const res of [
+          yield* request("GET", "/v1/tenants", { key: sb.key }),
+          yield* request("GET", `${sb.P}/users?limit=0`, { key: sb.manager }),
+          yield* request("GET", `${sb.P}/users`, { key: sb.key }),
+          yield* request("GET", `${sb.P}/users/user_missing`, { key: sb.manager }),
+          yield* request("GET", "/v1/nope", { key: sb.key }),
+          yield* request("POST", `${sb.P}/users`, { key: sb.manager, body: { external_id: "rl", display_name: "RL" } }),
+          yield* request("POST", `${sb.P}/users`, { key: sb.manager, body: {}, idempotencyKey: false })
+        ]
+      ) {
         expectCommonHeaders(res)
         expectRateLimitHeaders(res)
       }

@@ -48,13 +48,15 @@ layer(makeTestApp(), { excludeTestServices: true })("D3 status and type mapping"
       expect(cursor).toBeTypeOf("string")
       const foreign = (yield* request("GET", `${other.P}/users?limit=1`, { key: other.manager })).body.next_cursor as string
 
-      for (const [path, key] of [
-        [`${sb.P}/users?cursor=garbage`, sb.manager],
-        [`${sb.P}/users?cursor=${encodeURIComponent(Buffer.from("{\"l\":\"users\"}").toString("base64url"))}`, sb.manager],
-        [`${sb.P}/api-keys?cursor=${encodeURIComponent(cursor)}`, sb.manager],
-        [`${sb.P}/service-actors?cursor=${encodeURIComponent(cursor)}`, sb.manager],
-        [`${sb.P}/users?cursor=${encodeURIComponent(foreign)}`, sb.manager]
-      ] as const) {
+      for (
+        const [path, key] of [
+          [`${sb.P}/users?cursor=garbage`, sb.manager],
+          [`${sb.P}/users?cursor=${encodeURIComponent(Buffer.from("{\"l\":\"users\"}").toString("base64url"))}`, sb.manager],
+          [`${sb.P}/api-keys?cursor=${encodeURIComponent(cursor)}`, sb.manager],
+          [`${sb.P}/service-actors?cursor=${encodeURIComponent(cursor)}`, sb.manager],
+          [`${sb.P}/users?cursor=${encodeURIComponent(foreign)}`, sb.manager]
+        ] as const
+      ) {
         const res = yield* request("GET", path, { key })
         expectErrorCode(res, 400, "invalid_cursor")
         expect(res.body.error.param).toBe("cursor")
@@ -85,13 +87,15 @@ layer(makeTestApp(), { excludeTestServices: true })("D3 status and type mapping"
         expectErrorCode(yield* request("GET", `${sb.P}/api-keys/${id}`, { key: sb.manager }), 404, "resource_missing")
       }
       const long = "x".repeat(129)
-      for (const [path, param] of [
-        [`/v1/tenants/${long}`, "tenant_id"],
-        [`/v1/tenants/${long}/environments`, "tenant_id"],
-        [`${sb.P}/users/${long}`, "user_id"],
-        [`${sb.P}/api-keys/${long}`, "key_id"],
-        [`${sb.P}/service-actors/${long}`, "service_actor_id"]
-      ] as const) {
+      for (
+        const [path, param] of [
+          [`/v1/tenants/${long}`, "tenant_id"],
+          [`/v1/tenants/${long}/environments`, "tenant_id"],
+          [`${sb.P}/users/${long}`, "user_id"],
+          [`${sb.P}/api-keys/${long}`, "key_id"],
+          [`${sb.P}/service-actors/${long}`, "service_actor_id"]
+        ] as const
+      ) {
         const res = yield* request("GET", path, { key: sb.manager })
         expectErrorCode(res, 400)
         expect(res.body.error.param, path).toBe(param)
@@ -125,9 +129,21 @@ layer(makeTestApp(), { excludeTestServices: true })("D3 status and type mapping"
       const missing = yield* request("POST", `${sb.P}/users`, { key: sb.manager, body, idempotencyKey: false })
       expectErrorCode(missing, 400, "idempotency_key_required")
       expect(missing.body.error.param).toBe("Idempotency-Key")
-      expectErrorCode(yield* request("PATCH", `/v1/tenants/${sb.tenantId}`, { key: sb.manager, body: { name: "N" }, idempotencyKey: false }), 400, "idempotency_key_required")
-      expectErrorCode(yield* request("DELETE", `${sb.P}/users/user_x`, { key: sb.manager, idempotencyKey: false }), 400, "idempotency_key_required")
-      expectErrorCode(yield* request("POST", `${sb.P}/api-keys/${sb.keyId}/revoke`, { key: sb.manager, idempotencyKey: false }), 400, "idempotency_key_required")
+      expectErrorCode(
+        yield* request("PATCH", `/v1/tenants/${sb.tenantId}`, { key: sb.manager, body: { name: "N" }, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
+      expectErrorCode(
+        yield* request("DELETE", `${sb.P}/users/user_x`, { key: sb.manager, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
+      expectErrorCode(
+        yield* request("POST", `${sb.P}/api-keys/${sb.keyId}/revoke`, { key: sb.manager, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
       for (const bad of ["has space", "a".repeat(256), "tab\tin"]) {
         const res = yield* request("POST", `${sb.P}/users`, { key: sb.manager, body, idempotencyKey: bad })
         expectErrorCode(res, 400)
@@ -182,16 +198,18 @@ layer(makeTestApp(), { excludeTestServices: true })("D3 status and type mapping"
       const ownMissing = yield* request("GET", `${a.P}/users/user_doesnotexist`, { key: a.manager })
       expectErrorCode(ownMissing, 404, "resource_missing")
       const expected = shapeOf(ownMissing)
-      for (const path of [
-        `/v1/tenants/${b.tenantId}`,
-        `/v1/tenants/${b.tenantId}/environments`,
-        `/v1/tenants/ten_doesnotexist`,
-        `/v1/tenants/${a.tenantId}/environments/production`,
-        `/v1/tenants/${a.tenantId}/environments/production/users`,
-        `/v1/tenants/${a.tenantId}/environments/production/api-keys`,
-        `${a.P}/api-keys/key_doesnotexist`,
-        `${a.P}/service-actors/sa_doesnotexist`
-      ]) {
+      for (
+        const path of [
+          `/v1/tenants/${b.tenantId}`,
+          `/v1/tenants/${b.tenantId}/environments`,
+          `/v1/tenants/ten_doesnotexist`,
+          `/v1/tenants/${a.tenantId}/environments/production`,
+          `/v1/tenants/${a.tenantId}/environments/production/users`,
+          `/v1/tenants/${a.tenantId}/environments/production/api-keys`,
+          `${a.P}/api-keys/key_doesnotexist`,
+          `${a.P}/service-actors/sa_doesnotexist`
+        ]
+      ) {
         const res = yield* request("GET", path, { key: a.manager })
         expectErrorCode(res, 404)
         expect(shapeOf(res), path).toEqual(expected)

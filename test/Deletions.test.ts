@@ -3,8 +3,8 @@
  * backoff and does not block the jobs behind it. Also: the key that deleted a user can follow the
  * job's Location without any scope beyond users:write.
  */
-import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
 import { makeTestApp } from "./support/App.js"
 import { provisionSandbox, request } from "./support/Client.js"
@@ -38,10 +38,11 @@ describe("deletion jobs", () => {
           WHEN (OLD.id = '${stuck}') EXECUTE FUNCTION refuse_purge()`).pipe(Effect.orDie)
 
         // The deleting key polls its job with users:write only (no environments:read).
-        const poll = (location: string) => Effect.map(request("GET", location, { key: sb.key }), (r) => {
-          expect(r.status).toBe(200)
-          return r.body.data
-        })
+        const poll = (location: string) =>
+          Effect.map(request("GET", location, { key: sb.key }), (r) => {
+            expect(r.status).toBe(200)
+            return r.body.data
+          })
         yield* TestClock.adjust("55 minutes") // nothing is due before the 1 h purge delay
         expect((yield* poll(delFine.headers.get("location")!)).state).toBe("queued")
         const fineJob = yield* advanceUntil("1 minute", poll(delFine.headers.get("location")!), (j) => j.state === "succeeded")

@@ -216,9 +216,29 @@ describe("registration vectors (pure check)", () => {
 
 describe("connect-time address check (the socket's remote address)", () => {
   const REFUSED = [
-    "127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "0.0.0.0", "::", "10.1.2.3", "172.20.0.1",
-    "192.168.0.10", "169.254.169.254", "169.254.10.10", "100.64.0.1", "fd00:ec2::254", "fd00::1", "fe80::1",
-    "fe80::1%eth0", "ff02::1", "64:ff9b::a00:1", "224.0.0.251", "255.255.255.255", "100.100.100.200", "168.63.129.16"
+    "127.0.0.1",
+    "127.8.9.10",
+    "::1",
+    "::ffff:127.0.0.1",
+    "::127.0.0.1",
+    "0.0.0.0",
+    "::",
+    "10.1.2.3",
+    "172.20.0.1",
+    "192.168.0.10",
+    "169.254.169.254",
+    "169.254.10.10",
+    "100.64.0.1",
+    "fd00:ec2::254",
+    "fd00::1",
+    "fe80::1",
+    "fe80::1%eth0",
+    "ff02::1",
+    "64:ff9b::a00:1",
+    "224.0.0.251",
+    "255.255.255.255",
+    "100.100.100.200",
+    "168.63.129.16"
   ]
   it.each(REFUSED)("refuses %s", (address) => {
     expect(checkAddress(address)).toBeTypeOf("string")
@@ -244,7 +264,13 @@ const localServer = (handler: Parameters<typeof createServer>[1]) =>
       await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
       return { server, stats, port: (server.address() as AddressInfo).port }
     }),
-    ({ server }) => Effect.promise(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+    ({ server }) =>
+      Effect.promise(() =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections()
+          server.close(() => resolve())
+        })
+      )
   )
 
 const attempt = (url: string, dispatcher: ReturnType<typeof guardedDispatcher>) =>
@@ -279,7 +305,14 @@ describe("guarded dispatcher against real servers", () => {
       const { port, stats } = yield* localServer((_req, res) => res.end("hello"))
       const toLocal: Lookup = async () => [{ address: "127.0.0.1", family: 4 }]
       const closed = guardedDispatcher(EMPTY_ALLOWLIST, { lookup: toLocal })
-      for (const url of [`http://127.0.0.1:${port}/`, `https://127.0.0.1:${port}/`, `http://tools.dev.test:${port}/`, `https://[::ffff:127.0.0.1]:${port}/`]) {
+      for (
+        const url of [
+          `http://127.0.0.1:${port}/`,
+          `https://127.0.0.1:${port}/`,
+          `http://tools.dev.test:${port}/`,
+          `https://[::ffff:127.0.0.1]:${port}/`
+        ]
+      ) {
         const result = yield* attempt(url, closed)
         expect(result.ok, url).toBe(false)
         if (!result.ok) expect(result.code, url).toBe("DESTINATION_REFUSED")
@@ -342,41 +375,51 @@ describe("through the service", () => {
       Effect.provideService(Resolver, { lookup: tableLookup(DNS) })
     ), 60_000)
 
-  it.live("a reviewed tool whose name rebinds to 127.0.0.1 is never reached: the agent sees tool_unreachable", () =>
-    Effect.gen(function*() {
-      const { port, stats } = yield* localServer((_req, res) => res.end("{}"))
-      const sb = yield* provisionSandbox()
-      const key = (yield* createKey(sb.tenantId, SCOPES, "manager")).secret
-      const call = (method: string, path: string, body?: unknown) =>
-        Effect.map(request(method, `${sb.P}${path}`, { key, ...(body === undefined ? {} : { body }) }), (res) => {
-          expect(res.status, res.text).toBeLessThan(300)
-          return res.body.data ?? res.body
+  it.live(
+    "a reviewed tool whose name rebinds to 127.0.0.1 is never reached: the agent sees tool_unreachable",
+    () =>
+      Effect.gen(function*() {
+        const { port, stats } = yield* localServer((_req, res) => res.end("{}"))
+        const sb = yield* provisionSandbox()
+        const key = (yield* createKey(sb.tenantId, SCOPES, "manager")).secret
+        const call = (method: string, path: string, body?: unknown) =>
+          Effect.map(request(method, `${sb.P}${path}`, { key, ...(body === undefined ? {} : { body }) }), (res) => {
+            expect(res.status, res.text).toBeLessThan(300)
+            return res.body.data ?? res.body
+          })
+        const conn = yield* call("POST", "/connections", connectionBody(`https://rebind.example.com:${port}`))
+        const reviewed = yield* operator("POST", `/connections/${conn.id}/review`, { decision: "approve" })
+        expect(reviewed.status, reviewed.text).toBe(200)
+        const tools = (yield* call("GET", `/tools?connection_id=${conn.id}`)).items
+        const ws = yield* call("POST", "/workspaces", { name: "W" })
+        const mp = yield* call("POST", "/model-profiles", {
+          name: "s",
+          provider: "scripted",
+          model: "scripted-1",
+          settings: {
+            steps: [{ type: "tool_call", tool: "get_order", input: { order_id: "o-1" } }, { type: "text", text: "Could not look it up." }]
+          }
         })
-      const conn = yield* call("POST", "/connections", connectionBody(`https://rebind.example.com:${port}`))
-      const reviewed = yield* operator("POST", `/connections/${conn.id}/review`, { decision: "approve" })
-      expect(reviewed.status, reviewed.text).toBe(200)
-      const tools = (yield* call("GET", `/tools?connection_id=${conn.id}`)).items
-      const ws = yield* call("POST", "/workspaces", { name: "W" })
-      const mp = yield* call("POST", "/model-profiles", {
-        name: "s",
-        provider: "scripted",
-        model: "scripted-1",
-        settings: { steps: [{ type: "tool_call", tool: "get_order", input: { order_id: "o-1" } }, { type: "text", text: "Could not look it up." }] }
-      })
-      const agent = yield* call("POST", "/agents", { workspace_id: ws.id, name: "A" })
-      const rev = yield* call("POST", `/agents/${agent.id}/revisions`, { model_profile_id: mp.id, instructions: "x", tool_ids: tools.map((t: any) => t.id) })
-      const conv = yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id })
-      const run = yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "where is o-1" }] })
-      const done = yield* eventually(call("GET", `/runs/${run.id}`), (r) => r.status === "succeeded" || r.status === "failed")
-      expect(done.status).toBe("succeeded")
-      const events = (yield* call("GET", `/runs/${run.id}/events?limit=100`)).items as Array<any>
-      const failed = events.find((e) => e.type === "run.tool_call.failed")
-      expect(failed?.data.error).toMatchObject({ type: "tool_unreachable" })
-      expect(failed.data.error.message).toMatch(/127\.0\.0\.1/)
-      expect(stats.connections).toBe(0)
-    }).pipe(
-      Effect.scoped,
-      Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER), requestTimeoutSeconds: 2 } })),
-      Effect.provideService(Resolver, { lookup: rebindingLookup().lookup })
-    ), 60_000)
+        const agent = yield* call("POST", "/agents", { workspace_id: ws.id, name: "A" })
+        const rev = yield* call("POST", `/agents/${agent.id}/revisions`, {
+          model_profile_id: mp.id,
+          instructions: "x",
+          tool_ids: tools.map((t: any) => t.id)
+        })
+        const conv = yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id })
+        const run = yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "where is o-1" }] })
+        const done = yield* eventually(call("GET", `/runs/${run.id}`), (r) => r.status === "succeeded" || r.status === "failed")
+        expect(done.status).toBe("succeeded")
+        const events = (yield* call("GET", `/runs/${run.id}/events?limit=100`)).items as Array<any>
+        const failed = events.find((e) => e.type === "run.tool_call.failed")
+        expect(failed?.data.error).toMatchObject({ type: "tool_unreachable" })
+        expect(failed.data.error.message).toMatch(/127\.0\.0\.1/)
+        expect(stats.connections).toBe(0)
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(makeTestApp({ tools: { ...defaultToolConfig, issuer: Option.some(TOOL_ISSUER), requestTimeoutSeconds: 2 } })),
+        Effect.provideService(Resolver, { lookup: rebindingLookup().lookup })
+      ),
+    60_000
+  )
 })

@@ -60,7 +60,6 @@ const query = (url: Redacted.Redacted<string>, text: string, values: ReadonlyArr
 const readPostmasterPid = (dataDir: string) =>
   Number.parseInt(fs.readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10)
 
-
 /** Safety net: if a test fails half-way, do not leave a postmaster behind. */
 const killOnExit = (pid: number) =>
   Effect.addFinalizer(() =>

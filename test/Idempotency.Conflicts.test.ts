@@ -31,21 +31,26 @@ describe("Idempotency over HTTP: conflicts", () => {
       })
       expectReplayOf(reordered, first)
 
-      for (const changed of [
-        { external_id: "ord", display_name: "Changed", email: "o@example.com" },
-        { external_id: "ord", display_name: "Ord" }, // a field left out
-        { external_id: "ord", display_name: "Ord", email: "o@example.com", extra: 1 }
-      ]) {
+      for (
+        const changed of [
+          { external_id: "ord", display_name: "Changed", email: "o@example.com" },
+          { external_id: "ord", display_name: "Ord" }, // a field left out
+          { external_id: "ord", display_name: "Ord", email: "o@example.com", extra: 1 }
+        ]
+      ) {
         const r = yield* postUser(sb.P, sb.key, changed, "k-order")
         expectFreshError(r, 409, "idempotency_key_reused")
         expect(r.body.error.type).toBe("conflict")
       }
       // the stored response is unchanged and still replays
-      expectReplayOf(yield* request("POST", `${sb.P}/users`, {
-        key: sb.key,
-        rawBody: `{"external_id":"ord","display_name":"Ord","email":"o@example.com"}`,
-        idempotencyKey: "k-order"
-      }), first)
+      expectReplayOf(
+        yield* request("POST", `${sb.P}/users`, {
+          key: sb.key,
+          rawBody: `{"external_id":"ord","display_name":"Ord","email":"o@example.com"}`,
+          idempotencyKey: "k-order"
+        }),
+        first
+      )
       expect(yield* count("users", sb.tenantId)).toBe(1)
     }).pipe(Effect.provide(makeTestApp())))
 
@@ -134,9 +139,16 @@ describe("Idempotency over HTTP: conflicts", () => {
       const sb = yield* provisionSandbox()
       const sql = yield* SqlClient.SqlClient
       const qs = (yield* operator("GET", `/tenants/${sb.tenantId}/environments/sandbox/quickstart`)).body
-      const conv = (yield* request("POST", `${sb.P}/conversations`, { key: sb.key, body: { workspace_id: qs.workspace_id, agent_revision_id: qs.agent_revision_id } })).body.data
+      const conv = (yield* request("POST", `${sb.P}/conversations`, {
+        key: sb.key,
+        body: { workspace_id: qs.workspace_id, agent_revision_id: qs.agent_revision_id }
+      })).body.data
       const post = (idempotencyKey: string) =>
-        request("POST", `${sb.P}/conversations/${conv.id}/runs`, { key: sb.key, idempotencyKey, body: { input: [{ type: "text", text: "hi" }] } })
+        request("POST", `${sb.P}/conversations/${conv.id}/runs`, {
+          key: sb.key,
+          idempotencyKey,
+          body: { input: [{ type: "text", text: "hi" }] }
+        })
       const first = yield* post("k-run")
       expect(first.status, first.text).toBe(202)
       const done = yield* eventually(

@@ -122,8 +122,7 @@ describe("Idempotency over HTTP: scope", () => {
       const other = yield* createKey(a.tenantId, IDEMPOTENCY_SCOPES, "second key")
       const b = yield* sandbox("Beta")
       const K = "shared-key"
-      const sa = (key: string, sb: Sandbox) =>
-        request("POST", `${sb.P}/service-actors`, { key, body: { name: "svc" }, idempotencyKey: K })
+      const sa = (key: string, sb: Sandbox) => request("POST", `${sb.P}/service-actors`, { key, body: { name: "svc" }, idempotencyKey: K })
 
       const first = yield* sa(a.key, a)
       expect(first.status).toBe(201)

@@ -95,9 +95,21 @@ describe("Idempotency over HTTP: the header", () => {
       const missing = yield* postUser(sb.P, sb.key, body, false)
       expectFreshError(missing, 400, "idempotency_key_required")
       expect(missing.body.error.param).toBe("Idempotency-Key")
-      expectFreshError(yield* request("PATCH", `${sb.P}/users/user_x`, { key: sb.key, body: { display_name: "x" }, idempotencyKey: false }), 400, "idempotency_key_required")
-      expectFreshError(yield* request("DELETE", `${sb.P}/users/user_x`, { key: sb.key, idempotencyKey: false }), 400, "idempotency_key_required")
-      expectFreshError(yield* request("POST", `${sb.P}/api-keys/${sb.keyId}/revoke`, { key: sb.key, idempotencyKey: false }), 400, "idempotency_key_required")
+      expectFreshError(
+        yield* request("PATCH", `${sb.P}/users/user_x`, { key: sb.key, body: { display_name: "x" }, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
+      expectFreshError(
+        yield* request("DELETE", `${sb.P}/users/user_x`, { key: sb.key, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
+      expectFreshError(
+        yield* request("POST", `${sb.P}/api-keys/${sb.keyId}/revoke`, { key: sb.key, idempotencyKey: false }),
+        400,
+        "idempotency_key_required"
+      )
 
       for (const bad of ["has space", "x".repeat(256), "", "tab\there"]) {
         const r = yield* postUser(sb.P, sb.key, body, bad)

@@ -11,8 +11,7 @@ import { CONNECTION_TRANSITIONS, connectionTransition, OPERATION_TRANSITIONS, op
 
 describe("run transitions stamp their times", () => {
   it("a start stamps started_at; entering a terminal status stamps completed_at; nothing else stamps", () => {
-    const stamps = (from: RunState.RunStatus, trigger: RunState.Trigger) =>
-      Either.getOrThrow(RunState.transition(from, trigger)).stamps
+    const stamps = (from: RunState.RunStatus, trigger: RunState.Trigger) => Either.getOrThrow(RunState.transition(from, trigger)).stamps
     expect(stamps("queued", RunState.Trigger.Start())).toEqual(["started_at"])
     expect(stamps("running", RunState.Trigger.Message())).toEqual([])
     expect(stamps("running", RunState.Trigger.Succeed())).toEqual(["completed_at"])

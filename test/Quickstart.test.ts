@@ -4,17 +4,17 @@
  * concurrency too), the first key acting as its service actor, 404/401 like every operator route,
  * the QUICKSTART_MODEL configuration and its key, which never leaves the encrypted column.
  */
-import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { Agents } from "../src/Agents.js"
+import { AppConfig } from "../src/Config/AppConfig.js"
 import { QUICKSTART_GREETING } from "../src/Operator/Quickstart.js"
 import { Deletions } from "../src/Platform/Deletions.js"
-import { AppConfig } from "../src/Config/AppConfig.js"
 import { loadSettings, makeTestApp } from "./support/App.js"
-import { expectError, expectSingle } from "./support/Envelopes.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
+import { expectError, expectSingle } from "./support/Envelopes.js"
 
 interface Ids {
   readonly service_actor_id: string
@@ -22,8 +22,7 @@ interface Ids {
   readonly agent_revision_id: string
 }
 
-const quickstartPath = (tenantId: string, environment = "sandbox") =>
-  `/tenants/${tenantId}/environments/${environment}/quickstart`
+const quickstartPath = (tenantId: string, environment = "sandbox") => `/tenants/${tenantId}/environments/${environment}/quickstart`
 
 /** GET quickstart: 200 with exactly the three ids (a bare object, like other operator responses). */
 const getQuickstart = (tenantId: string) =>
@@ -35,11 +34,14 @@ const getQuickstart = (tenantId: string) =>
 
 /** Rows of a table for one tenant. */
 const count = (table: string, tenantId: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE tenant_id = ${tenantId}`.pipe(
-      Effect.map((rows) => rows[0]!.n),
-      Effect.orDie
-    ))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE tenant_id = ${tenantId}`.pipe(
+        Effect.map((rows) => rows[0]!.n),
+        Effect.orDie
+      )
+  )
 
 /** Records what the process writes to stdout and stderr (still passing it on) while the scope is open. */
 const captureOutput = (into: Array<string>) =>

@@ -61,33 +61,39 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
   CellsWithoutDependencies.pipe(
     Layer.provideMerge(RunStoreMemory),
     Layer.provide(StepEngine.layerWith()),
-    Layer.provide(makeTestLayer(Agents)({
-      revisionContext: (id) =>
-        Effect.flatMap(Ref.getAndUpdate(world.defects, (n) => Math.max(0, n - 1)), (defects) =>
-          defects > 0
-            ? Effect.die("the revision lookup broke")
-            : Effect.succeed({
-              instructions: "",
-              tool_ids: world.revisions.get(id)?.some((s) => s.type === "tool_call") ? [lookupTool.id] : [],
-              model_profile_id: "mp_unit",
-              provider: "scripted" as const,
-              model: "scripted-1",
-              settings: { steps: world.revisions.get(id) ?? [] }
-            })),
-      credentialOf: () => Effect.succeedNone
-    })),
+    Layer.provide(
+      makeTestLayer(Agents)({
+        revisionContext: (id) =>
+          Effect.flatMap(Ref.getAndUpdate(world.defects, (n) => Math.max(0, n - 1)), (defects) =>
+            defects > 0
+              ? Effect.die("the revision lookup broke")
+              : Effect.succeed({
+                instructions: "",
+                tool_ids: world.revisions.get(id)?.some((s) => s.type === "tool_call") ? [lookupTool.id] : [],
+                model_profile_id: "mp_unit",
+                provider: "scripted" as const,
+                model: "scripted-1",
+                settings: { steps: world.revisions.get(id) ?? [] }
+              })),
+        credentialOf: () => Effect.succeedNone
+      })
+    ),
     Layer.provide(makeTestLayer(Platform)({ authorizationActive: () => Ref.get(world.authorized) })),
     Layer.provide(makeTestLayer(PlatformRepo)({ nextCellGeneration: () => Effect.succeed(1) })),
     Layer.provide(makeTestLayer(Tools)({ toolRows: (ids) => Effect.succeed(ids.length === 0 ? [] : [lookupTool]) })),
-    Layer.provide(makeTestLayer(ApprovalsRepo)({
-      pendingOf: () => Effect.succeed(undefined),
-      transition: () => Effect.void
-    })),
+    Layer.provide(
+      makeTestLayer(ApprovalsRepo)({
+        pendingOf: () => Effect.succeed(undefined),
+        transition: () => Effect.void
+      })
+    ),
     Layer.provide(makeTestLayer(OperationsRepo)({ unsettled: () => Effect.succeed(undefined) })),
-    Layer.provide(makeTestLayer(Invoker)({
-      // the tool answers, and the run's key is revoked meanwhile
-      invoke: () => Effect.as(Ref.set(world.authorized, false), CallOutcome.Ok({ status: 200, body: { found: true } }))
-    })),
+    Layer.provide(
+      makeTestLayer(Invoker)({
+        // the tool answers, and the run's key is revoked meanwhile
+        invoke: () => Effect.as(Ref.set(world.authorized, false), CallOutcome.Ok({ status: 200, body: { found: true } }))
+      })
+    ),
     Layer.provideMerge(Layer.succeed(AppConfig, AppConfig.defaults({ runs: { ...defaultRunConfig, ...runs } })))
   )
 
@@ -157,7 +163,10 @@ describe("run actor (in memory, TestClock)", () => {
     Effect.gen(function*() {
       const world = yield* newWorld
       yield* Effect.gen(function*() {
-        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, { type: "text", text: "too late" }])
+        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, {
+          type: "text",
+          text: "too late"
+        }])
         yield* settle
         expect((yield* runOf(id)).status).toBe("running")
         yield* TestClock.adjust("299 seconds")
@@ -176,7 +185,10 @@ describe("run actor (in memory, TestClock)", () => {
     Effect.gen(function*() {
       const world = yield* newWorld
       yield* Effect.gen(function*() {
-        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, { type: "text", text: "too late" }])
+        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, {
+          type: "text",
+          text: "too late"
+        }])
         yield* TestClock.adjust("121 seconds")
         yield* settle
         const run = yield* runOf(id)
@@ -247,7 +259,10 @@ describe("run actor (in memory, TestClock)", () => {
       const world = yield* newWorld
       yield* Effect.gen(function*() {
         const store = yield* RunStore
-        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, { type: "text", text: "never said" }])
+        const id = yield* startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, {
+          type: "text",
+          text: "never said"
+        }])
         yield* TestClock.adjust("10 seconds")
         yield* settle
         yield* store.commitAll(id, [{ trigger: Trigger.Cancel() }])

@@ -41,13 +41,18 @@ describe("runs (live clock)", () => {
       expect(Date.parse(run.execution_deadline_at) - Date.parse(run.started_at)).toBe(300_000)
       const page = yield* s.events(run.id)
       expect(page.items.map((e) => [e.sequence, e.type])).toEqual([
-        [1, "run.queued"], [2, "run.started"], [3, "run.message"], [4, "run.succeeded"]
+        [1, "run.queued"],
+        [2, "run.started"],
+        [3, "run.message"],
+        [4, "run.succeeded"]
       ])
       expect(page.next_cursor).toBeNull()
       expect(run.last_event_id).toBe(page.items[3].id)
       expect(page.items[2].data).toMatchObject({ role: "assistant", content: [{ type: "text", text: "You said: hello there" }] })
       expect(page.items[3].data).toMatchObject({ status: "succeeded" })
-      for (const e of page.items) expect(Object.keys(e).sort()).toEqual(["created_at", "data", "id", "object", "run_id", "sequence", "type"])
+      for (const e of page.items) {
+        expect(Object.keys(e).sort()).toEqual(["created_at", "data", "id", "object", "run_id", "sequence", "type"])
+      }
       // A second run in the same conversation sees the first exchange (conversation history).
       const second = expectSingle(yield* s.startRun(conv.id, "again", { headers: { prefer: "wait=5" } }))
       expect(second.status).toBe("succeeded")
@@ -123,7 +128,12 @@ describe("runs (live clock)", () => {
         setTimeout(() => c.abort(), 300)
         return fetch(`${app.baseUrl}${s.P}/conversations/${conv.id}/runs`, {
           method: "POST",
-          headers: { authorization: `Bearer ${s.key}`, "content-type": "application/json", "idempotency-key": "disconnect-1", prefer: "wait=10" },
+          headers: {
+            authorization: `Bearer ${s.key}`,
+            "content-type": "application/json",
+            "idempotency-key": "disconnect-1",
+            prefer: "wait=10"
+          },
           body: JSON.stringify({ input: [{ type: "text", text: "x" }] }),
           signal: c.signal
         }).then(() => "answered", () => "aborted")
@@ -136,10 +146,14 @@ describe("runs (live clock)", () => {
         idempotencyKey: "disconnect-1"
       })
       const run = replay.status === 409 ? undefined : replay.body.data
-      const runId: string = run?.id ?? (yield* Effect.orDie((yield* SqlClient.SqlClient)<{ id: string }>`SELECT id FROM runs WHERE conversation_id = ${conv.id}`))[0]!.id
+      const runId: string = run?.id ??
+        (yield* Effect.orDie((yield* SqlClient.SqlClient)<{ id: string }>`SELECT id FROM runs WHERE conversation_id = ${conv.id}`))[0]!.id
       const stream = yield* Effect.promise(async () => {
         const c = new AbortController()
-        const res = await fetch(`${app.baseUrl}${s.P}/runs/${runId}/events/stream`, { headers: { authorization: `Bearer ${s.key}` }, signal: c.signal })
+        const res = await fetch(`${app.baseUrl}${s.P}/runs/${runId}/events/stream`, {
+          headers: { authorization: `Bearer ${s.key}` },
+          signal: c.signal
+        })
         c.abort()
         return res.status
       })
@@ -148,37 +162,47 @@ describe("runs (live clock)", () => {
       expect(done).toMatchObject({ status: "succeeded", output: [{ type: "text", text: "still done" }] })
     }).pipe(Effect.provide(makeTestApp())), 30_000)
 
-  it.live("the first (quickstart) key acts only in its quickstart workspace: runs there, 403 elsewhere, others' runs 404", () =>
-    Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "text", text: "managed" }])
-      const quick = yield* operator("GET", `/tenants/${s.tenantId}/environments/sandbox/quickstart`)
-      expect(quick.status, quick.text).toBe(200)
-      const conv = expectSingle(yield* request("POST", `${s.P}/conversations`, {
-        key: s.key,
-        body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
-      }), 201)
-      // s.key here is the manager; the sandbox's first key is the quickstart key.
-      const first = (yield* provisionSandboxKey(s.tenantId)).secret
-      const mine = expectSingle(yield* request("POST", `${s.P}/conversations`, {
-        key: first,
-        body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
-      }), 201)
-      const run = expectSingle(yield* s.startRun(mine.id, "hello", { key: first, headers: { prefer: "wait=10" } }))
-      expect(run.status).toBe("succeeded")
-      expect(run.output[0].text).toContain("hello")
-      expectErrorCode(
-        yield* request("POST", `${s.P}/conversations`, { key: first, body: { workspace_id: s.ws.id, agent_revision_id: s.rev.id } }),
-        403,
-        "workspace_not_allowed"
-      )
-      const managed = expectSingle(yield* s.startRun((yield* s.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
-      expectErrorCode(yield* request("GET", `${s.P}/runs/${managed.id}`, { key: first }), 404, "resource_missing")
-      // The manager sees both; the first key's usage counts its own workspace only.
-      expect((yield* s.getRun(run.id)).id).toBe(run.id)
-      expect(conv.workspace_id).toBe(quick.body.workspace_id)
-      const usage = expectSingle(yield* request("GET", `${s.P}/usage`, { key: first }))
-      expect(usage.totals.runs).toBe(1)
-    }).pipe(Effect.provide(makeTestApp())), 30_000)
+  it.live(
+    "the first (quickstart) key acts only in its quickstart workspace: runs there, 403 elsewhere, others' runs 404",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* scriptedSandbox([{ type: "text", text: "managed" }])
+        const quick = yield* operator("GET", `/tenants/${s.tenantId}/environments/sandbox/quickstart`)
+        expect(quick.status, quick.text).toBe(200)
+        const conv = expectSingle(
+          yield* request("POST", `${s.P}/conversations`, {
+            key: s.key,
+            body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
+          }),
+          201
+        )
+        // s.key here is the manager; the sandbox's first key is the quickstart key.
+        const first = (yield* provisionSandboxKey(s.tenantId)).secret
+        const mine = expectSingle(
+          yield* request("POST", `${s.P}/conversations`, {
+            key: first,
+            body: { workspace_id: quick.body.workspace_id, agent_revision_id: quick.body.agent_revision_id }
+          }),
+          201
+        )
+        const run = expectSingle(yield* s.startRun(mine.id, "hello", { key: first, headers: { prefer: "wait=10" } }))
+        expect(run.status).toBe("succeeded")
+        expect(run.output[0].text).toContain("hello")
+        expectErrorCode(
+          yield* request("POST", `${s.P}/conversations`, { key: first, body: { workspace_id: s.ws.id, agent_revision_id: s.rev.id } }),
+          403,
+          "workspace_not_allowed"
+        )
+        const managed = expectSingle(yield* s.startRun((yield* s.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
+        expectErrorCode(yield* request("GET", `${s.P}/runs/${managed.id}`, { key: first }), 404, "resource_missing")
+        // The manager sees both; the first key's usage counts its own workspace only.
+        expect((yield* s.getRun(run.id)).id).toBe(run.id)
+        expect(conv.workspace_id).toBe(quick.body.workspace_id)
+        const usage = expectSingle(yield* request("GET", `${s.P}/usage`, { key: first }))
+        expect(usage.totals.runs).toBe(1)
+      }).pipe(Effect.provide(makeTestApp())),
+    30_000
+  )
 
   it.live("a model failure ends the run failed with the reason; no HTTP error", () =>
     Effect.gen(function*() {
@@ -190,61 +214,69 @@ describe("runs (live clock)", () => {
       expect(last.data.error.message).toBe("scripted failure")
     }).pipe(Effect.provide(makeTestApp())), 30_000)
 
-  it.live("events: pages by cursor; cursor and event id are interchangeable; foreign ids are 400 invalid_cursor", () =>
-    Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "text", text: "a b c" }])
-      const conv = yield* s.conversation()
-      const run = expectSingle(yield* s.startRun(conv.id, "x", { headers: { prefer: "wait=10" } }))
-      const other = expectSingle(yield* s.startRun(conv.id, "y", { headers: { prefer: "wait=10" } }))
-      const all = (yield* s.events(run.id)).items
-      expect(all).toHaveLength(4)
-      const p1 = yield* s.events(run.id, "?limit=2")
-      expect(p1.items.map((e) => e.sequence)).toEqual([1, 2])
-      expect(p1.next_cursor).toBe(p1.items[1].id)
-      const p2 = yield* s.events(run.id, `?limit=2&cursor=${p1.next_cursor}`)
-      expect(p2.items.map((e) => e.sequence)).toEqual([3, 4])
-      expect(p2.next_cursor).toBeNull()
-      // Any event id works as a cursor.
-      expect((yield* s.events(run.id, `?cursor=${all[0].id}`)).items.map((e) => e.sequence)).toEqual([2, 3, 4])
-      // Nothing after the last event (yet): an empty page, null cursor.
-      expect(yield* s.events(run.id, `?cursor=${all[3].id}`)).toMatchObject({ items: [], next_cursor: null })
-      const otherEvent = (yield* s.events(other.id)).items[0].id
-      for (const cursor of [otherEvent, "evt_nope", "garbage"]) {
-        expectErrorCode(yield* request("GET", `${s.P}/runs/${run.id}/events?cursor=${cursor}`, { key: s.key }), 400, "invalid_cursor")
-      }
-      expectErrorCode(yield* request("GET", `${s.P}/runs/${run.id}/events?limit=0`, { key: s.key }), 400, "parameter_invalid")
-      expectErrorCode(yield* request("GET", `${s.P}/runs/run_missing/events`, { key: s.key }), 404, "resource_missing")
-    }).pipe(Effect.provide(makeTestApp())), 30_000)
+  it.live(
+    "events: pages by cursor; cursor and event id are interchangeable; foreign ids are 400 invalid_cursor",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* scriptedSandbox([{ type: "text", text: "a b c" }])
+        const conv = yield* s.conversation()
+        const run = expectSingle(yield* s.startRun(conv.id, "x", { headers: { prefer: "wait=10" } }))
+        const other = expectSingle(yield* s.startRun(conv.id, "y", { headers: { prefer: "wait=10" } }))
+        const all = (yield* s.events(run.id)).items
+        expect(all).toHaveLength(4)
+        const p1 = yield* s.events(run.id, "?limit=2")
+        expect(p1.items.map((e) => e.sequence)).toEqual([1, 2])
+        expect(p1.next_cursor).toBe(p1.items[1].id)
+        const p2 = yield* s.events(run.id, `?limit=2&cursor=${p1.next_cursor}`)
+        expect(p2.items.map((e) => e.sequence)).toEqual([3, 4])
+        expect(p2.next_cursor).toBeNull()
+        // Any event id works as a cursor.
+        expect((yield* s.events(run.id, `?cursor=${all[0].id}`)).items.map((e) => e.sequence)).toEqual([2, 3, 4])
+        // Nothing after the last event (yet): an empty page, null cursor.
+        expect(yield* s.events(run.id, `?cursor=${all[3].id}`)).toMatchObject({ items: [], next_cursor: null })
+        const otherEvent = (yield* s.events(other.id)).items[0].id
+        for (const cursor of [otherEvent, "evt_nope", "garbage"]) {
+          expectErrorCode(yield* request("GET", `${s.P}/runs/${run.id}/events?cursor=${cursor}`, { key: s.key }), 400, "invalid_cursor")
+        }
+        expectErrorCode(yield* request("GET", `${s.P}/runs/${run.id}/events?limit=0`, { key: s.key }), 400, "parameter_invalid")
+        expectErrorCode(yield* request("GET", `${s.P}/runs/run_missing/events`, { key: s.key }), 404, "resource_missing")
+      }).pipe(Effect.provide(makeTestApp())),
+    30_000
+  )
 
-  it.live("SSE: the whole history with id/event/data frames, Last-Event-ID resumes, ends after the terminal event", () =>
-    Effect.gen(function*() {
-      const app = yield* TestApp
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 1 }, { type: "text", text: "streamed" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      const url = `${app.baseUrl}${s.P}/runs/${run.id}/events/stream`
-      const auth = { authorization: `Bearer ${s.key}`, accept: "text/event-stream" }
-      const live = yield* readSse(url, auth)
-      expect(live.status).toBe(200)
-      expect(live.headers.get("content-type")).toContain("text/event-stream")
-      expect(live.headers.get("cache-control")).toBe("no-store")
-      expect(live.frames.map((f) => f.event)).toEqual(["run.queued", "run.started", "run.message", "run.succeeded"])
-      for (const f of live.frames) {
-        expect(f.id).toBe(f.data.id)
-        expect(f.event).toBe(f.data.type)
-      }
-      const paged = (yield* s.events(run.id)).items
-      expect(live.frames.map((f) => f.data)).toEqual(paged)
-      // After the run ended: resume after event 2 by Last-Event-ID, or by cursor.
-      const resumed = yield* readSse(url, { ...auth, "last-event-id": paged[1].id })
-      expect(resumed.frames.map((f) => f.data.sequence)).toEqual([3, 4])
-      const byCursor = yield* readSse(`${url}?cursor=${paged[2].id}`, auth)
-      expect(byCursor.frames.map((f) => f.data.sequence)).toEqual([4])
-      const bad = yield* readSse(url, { ...auth, "last-event-id": "evt_unknown" })
-      expect(bad.status).toBe(400)
-      expect(JSON.parse(bad.body).error.code).toBe("invalid_cursor")
-      const wrongAccept = yield* readSse(url, { authorization: auth.authorization, accept: "application/json" })
-      expect(wrongAccept.status).toBe(400)
-    }).pipe(Effect.provide(makeTestApp())), 30_000)
+  it.live(
+    "SSE: the whole history with id/event/data frames, Last-Event-ID resumes, ends after the terminal event",
+    () =>
+      Effect.gen(function*() {
+        const app = yield* TestApp
+        const s = yield* scriptedSandbox([{ type: "sleep", seconds: 1 }, { type: "text", text: "streamed" }])
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+        const url = `${app.baseUrl}${s.P}/runs/${run.id}/events/stream`
+        const auth = { authorization: `Bearer ${s.key}`, accept: "text/event-stream" }
+        const live = yield* readSse(url, auth)
+        expect(live.status).toBe(200)
+        expect(live.headers.get("content-type")).toContain("text/event-stream")
+        expect(live.headers.get("cache-control")).toBe("no-store")
+        expect(live.frames.map((f) => f.event)).toEqual(["run.queued", "run.started", "run.message", "run.succeeded"])
+        for (const f of live.frames) {
+          expect(f.id).toBe(f.data.id)
+          expect(f.event).toBe(f.data.type)
+        }
+        const paged = (yield* s.events(run.id)).items
+        expect(live.frames.map((f) => f.data)).toEqual(paged)
+        // After the run ended: resume after event 2 by Last-Event-ID, or by cursor.
+        const resumed = yield* readSse(url, { ...auth, "last-event-id": paged[1].id })
+        expect(resumed.frames.map((f) => f.data.sequence)).toEqual([3, 4])
+        const byCursor = yield* readSse(`${url}?cursor=${paged[2].id}`, auth)
+        expect(byCursor.frames.map((f) => f.data.sequence)).toEqual([4])
+        const bad = yield* readSse(url, { ...auth, "last-event-id": "evt_unknown" })
+        expect(bad.status).toBe(400)
+        expect(JSON.parse(bad.body).error.code).toBe("invalid_cursor")
+        const wrongAccept = yield* readSse(url, { authorization: auth.authorization, accept: "application/json" })
+        expect(wrongAccept.status).toBe(400)
+      }).pipe(Effect.provide(makeTestApp())),
+    30_000
+  )
 
   it.live("SSE: pings while idle; a revoked key's stream ends within the check interval", () =>
     Effect.gen(function*() {
@@ -269,38 +301,42 @@ describe("runs (live clock)", () => {
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
     }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, pingSeconds: 1, streamAuthCheckSeconds: 1 } }))), 30_000)
 
-  it.live("stream limits per actor and per cell (16 and 128 by default); one more is 429 stream_limit_reached", () =>
-    Effect.gen(function*() {
-      const app = yield* TestApp
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "never" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      const url = `${app.baseUrl}${s.P}/runs/${run.id}/events/stream`
-      const controllers: Array<AbortController> = []
-      const open = (key = s.key) =>
-        Effect.promise(async () => {
-          const c = new AbortController()
-          controllers.push(c)
-          const res = await fetch(url, { headers: { authorization: `Bearer ${key}` }, signal: c.signal })
-          return { status: res.status, body: res.status === 200 ? "" : await res.text() }
-        })
-      const first = yield* Effect.forEach(Array.from({ length: 2 }), () => open(), { concurrency: "unbounded" })
-      expect(first.map((r) => r.status)).toEqual([200, 200])
-      const third = yield* open()
-      expect(third.status).toBe(429)
-      expect(JSON.parse(third.body).error.code).toBe("stream_limit_reached")
-      // Closing one frees its slot.
-      controllers[0]!.abort()
-      const again = yield* eventually(open(), (r) => r.status === 200, 40)
-      expect(again.status).toBe(200)
-      // The cell's limit (3 here) counts every caller: a second key gets one more, then 429.
-      const other = (yield* createKey(s.tenantId, RUNNER_SCOPES, "other")).secret
-      expect((yield* open(other)).status).toBe(200)
-      const overCell = yield* open(other)
-      expect(overCell.status).toBe(429)
-      expect(JSON.parse(overCell.body).error.message).toContain("per environment")
-      for (const c of controllers) c.abort()
-      yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
-    }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, streamsPerActor: 2, streamsPerCell: 3 } }))), 30_000)
+  it.live(
+    "stream limits per actor and per cell (16 and 128 by default); one more is 429 stream_limit_reached",
+    () =>
+      Effect.gen(function*() {
+        const app = yield* TestApp
+        const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "never" }])
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+        const url = `${app.baseUrl}${s.P}/runs/${run.id}/events/stream`
+        const controllers: Array<AbortController> = []
+        const open = (key = s.key) =>
+          Effect.promise(async () => {
+            const c = new AbortController()
+            controllers.push(c)
+            const res = await fetch(url, { headers: { authorization: `Bearer ${key}` }, signal: c.signal })
+            return { status: res.status, body: res.status === 200 ? "" : await res.text() }
+          })
+        const first = yield* Effect.forEach(Array.from({ length: 2 }), () => open(), { concurrency: "unbounded" })
+        expect(first.map((r) => r.status)).toEqual([200, 200])
+        const third = yield* open()
+        expect(third.status).toBe(429)
+        expect(JSON.parse(third.body).error.code).toBe("stream_limit_reached")
+        // Closing one frees its slot.
+        controllers[0]!.abort()
+        const again = yield* eventually(open(), (r) => r.status === 200, 40)
+        expect(again.status).toBe(200)
+        // The cell's limit (3 here) counts every caller: a second key gets one more, then 429.
+        const other = (yield* createKey(s.tenantId, RUNNER_SCOPES, "other")).secret
+        expect((yield* open(other)).status).toBe(200)
+        const overCell = yield* open(other)
+        expect(overCell.status).toBe(429)
+        expect(JSON.parse(overCell.body).error.message).toContain("per environment")
+        for (const c of controllers) c.abort()
+        yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
+      }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, streamsPerActor: 2, streamsPerCell: 3 } }))),
+    30_000
+  )
 
   it.live("revocation before dispatch: a queued run of a revoked key ends failed (authorization_revoked)", () =>
     Effect.gen(function*() {
@@ -354,7 +390,9 @@ describe("runs (live clock)", () => {
           END IF;
           RETURN NEW;
         END $$`))
-      yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER flaky_events BEFORE INSERT ON run_events FOR EACH ROW EXECUTE FUNCTION flaky_events()`))
+      yield* Effect.orDie(
+        sql.unsafe(`CREATE TRIGGER flaky_events BEFORE INSERT ON run_events FOR EACH ROW EXECUTE FUNCTION flaky_events()`)
+      )
       const stuck = expectSingle(yield* s.startRun(flaky.id), 202)
       yield* Effect.sleep("1500 millis") // several failed attempts, with backoff
       expect((yield* s.getRun(stuck.id)).status).toBe("queued")
@@ -377,11 +415,29 @@ describe("runs (live clock)", () => {
       expect(del.status, del.text).toBe(202)
       const sql = yield* SqlClient.SqlClient
       // Once purged, the environment's keys are revoked: the job is read from the database.
-      const state = Effect.map(Effect.orDie(sql<{ state: string }>`SELECT state FROM deletion_jobs WHERE id = ${del.body.data.id}`), (r) => r[0]?.state)
-      expect(yield* eventually(state, (st) => st === "succeeded")).toBe("succeeded")
+      const state = Effect.map(Effect.orDie(sql<{ state: string }>`SELECT state FROM deletion_jobs WHERE id = ${del.body.data.id}`), (r) =>
+        r[0]?.state)
+      expect(
+        yield* eventually(state, (st) =>
+          st === "succeeded")
+      ).toBe("succeeded")
       const count = (table: string) =>
-        Effect.map(sql.unsafe<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE tenant_id = $1`, [s.tenantId]), (r) => Number(r[0]!.n))
-      for (const table of ["runs", "conversations", "usage_records", "agent_revisions", "agents", "model_profiles", "workspaces", "quickstarts"]) {
+        Effect.map(
+          sql.unsafe<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE tenant_id = $1`, [s.tenantId]),
+          (r) => Number(r[0]!.n)
+        )
+      for (
+        const table of [
+          "runs",
+          "conversations",
+          "usage_records",
+          "agent_revisions",
+          "agents",
+          "model_profiles",
+          "workspaces",
+          "quickstarts"
+        ]
+      ) {
         expect(yield* Effect.orDie(count(table)), table).toBe(0)
       }
       const [{ n }] = yield* Effect.orDie(sql<{ n: string }>`SELECT count(*) AS n FROM run_events WHERE run_id = ${run.id}`)

@@ -19,47 +19,67 @@ describe("runs: time budgets (TestClock)", () => {
     })
 
   it.effect("active execution: a run still working after the execution budget ends expired", () =>
-    withApp({}, Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 300 }, { type: "text", text: "too late" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-      yield* TestClock.adjust("299 seconds")
-      yield* settle
-      expect((yield* s.getRun(run.id)).status).toBe("running")
-      const ended = yield* advanceUntil("1 second", s.getRun(run.id), (r) => isTerminal(r.status), 10)
-      expect(ended).toMatchObject({ status: "expired", status_reason: "execution_deadline_exceeded" })
-      expect((yield* s.events(run.id)).items.at(-1).type).toBe("run.expired")
-    })), 60_000)
+    withApp(
+      {},
+      Effect.gen(function*() {
+        const s = yield* scriptedSandbox([{ type: "sleep", seconds: 300 }, { type: "text", text: "too late" }])
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+        yield* eventually(s.getRun(run.id), (r) => r.status === "running")
+        yield* TestClock.adjust("299 seconds")
+        yield* settle
+        expect((yield* s.getRun(run.id)).status).toBe("running")
+        const ended = yield* advanceUntil("1 second", s.getRun(run.id), (r) => isTerminal(r.status), 10)
+        expect(ended).toMatchObject({ status: "expired", status_reason: "execution_deadline_exceeded" })
+        expect((yield* s.events(run.id)).items.at(-1).type).toBe("run.expired")
+      })
+    ), 60_000)
 
-  it.effect("start deadline: a run that cannot start within 5 minutes ends expired", () =>
-    withApp({ maxActiveRunsPerCell: 1 }, Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 300 }, { type: "text", text: "x" }])
-      const blocker = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(blocker.id), (r) => r.status === "running")
-      const waiting = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* TestClock.adjust("200 seconds")
-      yield* settle
-      expect((yield* s.getRun(waiting.id)).status).toBe("queued")
-      const ended = yield* advanceUntil("10 seconds", s.getRun(waiting.id), (r) => isTerminal(r.status), 20)
-      expect(ended).toMatchObject({ status: "expired", status_reason: "start_deadline_exceeded", started_at: null })
-    })), 60_000)
+  it.effect(
+    "start deadline: a run that cannot start within 5 minutes ends expired",
+    () =>
+      withApp(
+        { maxActiveRunsPerCell: 1 },
+        Effect.gen(function*() {
+          const s = yield* scriptedSandbox([{ type: "sleep", seconds: 300 }, { type: "text", text: "x" }])
+          const blocker = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+          yield* eventually(s.getRun(blocker.id), (r) => r.status === "running")
+          const waiting = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+          yield* TestClock.adjust("200 seconds")
+          yield* settle
+          expect((yield* s.getRun(waiting.id)).status).toBe("queued")
+          const ended = yield* advanceUntil("10 seconds", s.getRun(waiting.id), (r) => isTerminal(r.status), 20)
+          expect(ended).toMatchObject({ status: "expired", status_reason: "start_deadline_exceeded", started_at: null })
+        })
+      ),
+    60_000
+  )
 
-  it.effect("the earliest budget wins: authorization (here 2 min) before the 5 min execution budget", () =>
-    withApp({ authorizationSeconds: 120 }, Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 290 }, { type: "text", text: "x" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-      const ended = yield* advanceUntil("10 seconds", s.getRun(run.id), (r) => isTerminal(r.status), 20)
-      expect(ended).toMatchObject({ status: "expired", status_reason: "authorization_expired" })
-      expect(Date.parse(ended.completed_at) - Date.parse(ended.created_at)).toBeLessThanOrEqual(130_000)
-    })), 60_000)
+  it.effect(
+    "the earliest budget wins: authorization (here 2 min) before the 5 min execution budget",
+    () =>
+      withApp(
+        { authorizationSeconds: 120 },
+        Effect.gen(function*() {
+          const s = yield* scriptedSandbox([{ type: "sleep", seconds: 290 }, { type: "text", text: "x" }])
+          const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+          yield* eventually(s.getRun(run.id), (r) => r.status === "running")
+          const ended = yield* advanceUntil("10 seconds", s.getRun(run.id), (r) => isTerminal(r.status), 20)
+          expect(ended).toMatchObject({ status: "expired", status_reason: "authorization_expired" })
+          expect(Date.parse(ended.completed_at) - Date.parse(ended.created_at)).toBeLessThanOrEqual(130_000)
+        })
+      ),
+    60_000
+  )
 
   it.effect("a sleep within the budget completes: the scripted sleep runs on the same Clock", () =>
-    withApp({}, Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 120 }, { type: "text", text: "after two minutes" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-      const ended = yield* advanceUntil("30 seconds", s.getRun(run.id), (r) => isTerminal(r.status), 10)
-      expect(ended).toMatchObject({ status: "succeeded", output: [{ type: "text", text: "after two minutes" }] })
-    })), 60_000)
+    withApp(
+      {},
+      Effect.gen(function*() {
+        const s = yield* scriptedSandbox([{ type: "sleep", seconds: 120 }, { type: "text", text: "after two minutes" }])
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+        yield* eventually(s.getRun(run.id), (r) => r.status === "running")
+        const ended = yield* advanceUntil("30 seconds", s.getRun(run.id), (r) => isTerminal(r.status), 10)
+        expect(ended).toMatchObject({ status: "succeeded", output: [{ type: "text", text: "after two minutes" }] })
+      })
+    ), 60_000)
 })

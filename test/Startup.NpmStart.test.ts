@@ -90,10 +90,15 @@ const startService = async (dataDir: string, env: Record<string, string> = {}): 
       resolve({ code, signal })
     })
   )
-  await waitFor("the service to listen", () => {
-    if (done) throw new Error(`the service exited before listening:\n${output}`)
-    return output.includes("listening on")
-  }, LISTEN_TIMEOUT, () => `\n${output}`)
+  await waitFor(
+    "the service to listen",
+    () => {
+      if (done) throw new Error(`the service exited before listening:\n${output}`)
+      return output.includes("listening on")
+    },
+    LISTEN_TIMEOUT,
+    () => `\n${output}`
+  )
   return { child, port, baseUrl: `http://127.0.0.1:${port}`, output: () => output, exited, hasExited: () => done }
 }
 

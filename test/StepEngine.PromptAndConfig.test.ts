@@ -46,9 +46,7 @@ describe("step engine: prompt, schemas and config", () => {
       { type: "user_message", text: "thanks" }
     ])
     expect(Prompt.isPrompt(prompt)).toBe(true)
-    const shape = prompt.content.map((m) =>
-      m.role === "system" ? ["system", m.content] : [m.role, m.content.map((p) => p.type)]
-    )
+    const shape = prompt.content.map((m) => m.role === "system" ? ["system", m.content] : [m.role, m.content.map((p) => p.type)])
     expect(shape).toEqual([
       ["system", "Be brief."],
       ["user", ["text"]],

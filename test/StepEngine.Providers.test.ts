@@ -179,8 +179,16 @@ describe("step engine: HTTP providers over the wire", () => {
           Effect.gen(function*() {
             server.enqueue(
               // Providers echo (parts of) a bad key back: here the whole of it.
-              { status: 401, headers: { [c.idHeader]: "req_auth" }, body: c.error("authentication_error", `Incorrect API key provided: ${SECRET}`) },
-              { status: 400, headers: { [c.idHeader]: "req_bad" }, body: c.error("invalid_request_error", `Unknown parameter near ${SECRET}`) },
+              {
+                status: 401,
+                headers: { [c.idHeader]: "req_auth" },
+                body: c.error("authentication_error", `Incorrect API key provided: ${SECRET}`)
+              },
+              {
+                status: 400,
+                headers: { [c.idHeader]: "req_bad" },
+                body: c.error("invalid_request_error", `Unknown parameter near ${SECRET}`)
+              },
               { status: 429, body: c.error("rate_limit_error", `Slow down, ${SECRET}`) },
               { status: 200, body: `not json ${SECRET}` }
             )
@@ -261,9 +269,15 @@ describe("step engine: HTTP providers over the wire", () => {
     withServer((server, engine) =>
       Effect.gen(function*() {
         const none = { credential: Option.none<Redacted.Redacted<string>>() }
-        expect(yield* Effect.flip(engine.step(inputFor(cases[0]!, server, none)))).toMatchObject({ _tag: "ModelAuthFailed", provider: "openai" })
+        expect(yield* Effect.flip(engine.step(inputFor(cases[0]!, server, none)))).toMatchObject({
+          _tag: "ModelAuthFailed",
+          provider: "openai"
+        })
         const blank = { credential: Option.some(Redacted.make("  ")) }
-        expect(yield* Effect.flip(engine.step(inputFor(cases[1]!, server, blank)))).toMatchObject({ _tag: "ModelAuthFailed", provider: "anthropic" })
+        expect(yield* Effect.flip(engine.step(inputFor(cases[1]!, server, blank)))).toMatchObject({
+          _tag: "ModelAuthFailed",
+          provider: "anthropic"
+        })
         expect(server.requests).toHaveLength(0)
         server.enqueue({ body: chatCompletions.text("Local hello") })
         expect(yield* engine.step(inputFor(cases[2]!, server, none))).toMatchObject({ _tag: "Final", text: "Local hello" })

@@ -13,7 +13,12 @@ describe("step engine: the scripted model", () => {
       Effect.gen(function*() {
         const result = yield* engine.step(scripted([{ type: "text", text: "echo {{input}}" }]))
         // input: "Be brief." (2) + "Hi there" (2); output: "echo Hi there" (3)
-        expect(result).toEqual({ _tag: "Final", text: "echo Hi there", usage: { input_tokens: 4, output_tokens: 3, model_calls: 1 }, provider_request_id: "scripted_0" })
+        expect(result).toEqual({
+          _tag: "Final",
+          text: "echo Hi there",
+          usage: { input_tokens: 4, output_tokens: 3, model_calls: 1 },
+          provider_request_id: "scripted_0"
+        })
       })
     ))
 
@@ -59,7 +64,9 @@ describe("step engine: the scripted model", () => {
     withServer(
       (_, engine) =>
         Effect.gen(function*() {
-          const fiber = yield* Effect.fork(engine.step(scripted([{ type: "sleep", seconds: 5 }, { type: "text", text: "woke up: {{input}}" }])))
+          const fiber = yield* Effect.fork(
+            engine.step(scripted([{ type: "sleep", seconds: 5 }, { type: "text", text: "woke up: {{input}}" }]))
+          )
           yield* TestClock.adjust("4 seconds")
           expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
           yield* TestClock.adjust("1 second")

@@ -89,7 +89,11 @@ describe("tool server SDK: invocation verification (D10)", () => {
   it.scopedLive("bad input is refused before anything is stored", () =>
     Effect.gen(function*() {
       const env = yield* setup()
-      rejected(yield* invoke(env, CREATE_REFUND_PATH, { order_id: "o_1", amount: -5 }, { operationId: newOperationId() }), 400, "invalid_input")
+      rejected(
+        yield* invoke(env, CREATE_REFUND_PATH, { order_id: "o_1", amount: -5 }, { operationId: newOperationId() }),
+        400,
+        "invalid_input"
+      )
       const url = `${env.example.baseUrl}${CREATE_REFUND_PATH}`
       const token = yield* Effect.promise(() => env.platform.sign({ audience: url, body: "{not json", operationId: "op_j" }))
       rejected(yield* call("POST", url, { token, body: "{not json", operationId: "op_j" }), 400, "invalid_json")
@@ -126,7 +130,11 @@ describe("tool server SDK: invocation verification (D10)", () => {
       expect(ok(yield* reconcile(other, operationId))).toEqual({ operation_id: operationId, status: "succeeded", output: created })
       rejected(yield* invoke(other, GET_ORDER_PATH, { order_id: "o_1", pad: "x".repeat(2000) }), 413, "body_too_large")
       // a token for the example server's URL is not valid here
-      rejected(yield* invoke(other, GET_ORDER_PATH, { order_id: "o_1" }, { audience: `${env.example.baseUrl}${GET_ORDER_PATH}` }), 401, "wrong_audience")
+      rejected(
+        yield* invoke(other, GET_ORDER_PATH, { order_id: "o_1" }, { audience: `${env.example.baseUrl}${GET_ORDER_PATH}` }),
+        401,
+        "wrong_audience"
+      )
     }))
 
   it.scopedLive("jose's createRemoteJWKSet on the published key set verifies a platform token, and only that", () =>

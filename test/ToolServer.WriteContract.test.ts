@@ -124,7 +124,9 @@ describe("tool server SDK: the write contract (4.1.2)", () => {
 
       // even once the refund would fit, the operation id keeps its outcome
       yield* env.sql`UPDATE orders SET amount = 10000 WHERE order_id = 'o_1'`
-      expect(rejected(yield* invoke(env, CREATE_REFUND_PATH, refund("o_1", 6000), { operationId }), 422, "refund_exceeds_order")).toEqual(first)
+      expect(rejected(yield* invoke(env, CREATE_REFUND_PATH, refund("o_1", 6000), { operationId }), 422, "refund_exceeds_order")).toEqual(
+        first
+      )
       expect(env.example.writesExecuted()).toBe(1)
       expect(ok(yield* reconcile(env, operationId))).toEqual({
         operation_id: operationId,

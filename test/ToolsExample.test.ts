@@ -32,7 +32,9 @@ const setup = (steps: ReadonlyArray<Record<string, unknown>>, options: Partial<E
     const db = yield* Layer.build(PgClient.layer({ url: Redacted.make(customerDb.url), maxConnections: 5 }))
     const s = yield* toolSandbox({
       server: (sb) =>
-        startExample({ jwksUrl: sb.jwksUrl, issuer: TOOL_ISSUER, tenantId: sb.tenantId, environment: "sandbox", ...options }).pipe(Effect.provide(db)),
+        startExample({ jwksUrl: sb.jwksUrl, issuer: TOOL_ISSUER, tenantId: sb.tenantId, environment: "sandbox", ...options }).pipe(
+          Effect.provide(db)
+        ),
       connection: exampleConnection,
       steps
     })
@@ -77,20 +79,24 @@ describe("platform -> SDK example server", () => {
       yield* succeededWithOneRefund(s, run.id)
     }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
 
-  it.live("a write still in its transaction when the call times out: reconciliation polls pending, then succeeded", () =>
-    Effect.gen(function*() {
-      const s = yield* setup(REFUND_STEPS)
-      const held = yield* s.example.hooks.holdNextWrite
-      const run = yield* s.startRun
-      yield* s.decide(run.id)
-      yield* held.reached
-      // the platform's 2 s request timeout passes; reconciliation is asked and says pending
-      yield* Effect.sleep("3500 millis")
-      expect((yield* s.getRun(run.id)).status).toBe("running")
-      expect(yield* s.example.refunds).toHaveLength(0)
-      yield* held.release
-      yield* succeededWithOneRefund(s, run.id)
-    }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
+  it.live(
+    "a write still in its transaction when the call times out: reconciliation polls pending, then succeeded",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* setup(REFUND_STEPS)
+        const held = yield* s.example.hooks.holdNextWrite
+        const run = yield* s.startRun
+        yield* s.decide(run.id)
+        yield* held.reached
+        // the platform's 2 s request timeout passes; reconciliation is asked and says pending
+        yield* Effect.sleep("3500 millis")
+        expect((yield* s.getRun(run.id)).status).toBe("running")
+        expect(yield* s.example.refunds).toHaveLength(0)
+        yield* held.release
+        yield* succeededWithOneRefund(s, run.id)
+      }).pipe(Effect.scoped, Effect.provide(appLayer())),
+    30_000
+  )
 
   it.live("a connection reset after the commit: never replayed, reconciled to the committed refund", () =>
     Effect.gen(function*() {
@@ -101,18 +107,24 @@ describe("platform -> SDK example server", () => {
       yield* succeededWithOneRefund(s, run.id)
     }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
 
-  it.live("the SDK refuses real platform tokens meant for another audience or an older cell generation; the agent sees why", () =>
-    Effect.gen(function*() {
-      const READ = [{ type: "tool_call", tool: "get_order", input: { order_id: "o_2" } }, { type: "text", text: "Could not." }]
-      for (const [options, code] of [
-        [{ publicBaseUrl: "https://tools.acme.test" }, "wrong_audience"],
-        [{ minCellGeneration: 2 }, "stale_cell_generation"]
-      ] as const) {
-        const s = yield* setup(READ, options)
-        const run = yield* s.startRun
-        expect((yield* s.waitFor(run.id, TERMINAL)).status).toBe("succeeded")
-        const failed = yield* s.toolEvent(run.id, "run.tool_call.failed")
-        expect(failed?.data.error, code).toMatchObject({ type: "tool_error", status: 401, body: { error: { code } } })
-      }
-    }).pipe(Effect.scoped, Effect.provide(appLayer())), 30_000)
+  it.live(
+    "the SDK refuses real platform tokens meant for another audience or an older cell generation; the agent sees why",
+    () =>
+      Effect.gen(function*() {
+        const READ = [{ type: "tool_call", tool: "get_order", input: { order_id: "o_2" } }, { type: "text", text: "Could not." }]
+        for (
+          const [options, code] of [
+            [{ publicBaseUrl: "https://tools.acme.test" }, "wrong_audience"],
+            [{ minCellGeneration: 2 }, "stale_cell_generation"]
+          ] as const
+        ) {
+          const s = yield* setup(READ, options)
+          const run = yield* s.startRun
+          expect((yield* s.waitFor(run.id, TERMINAL)).status).toBe("succeeded")
+          const failed = yield* s.toolEvent(run.id, "run.tool_call.failed")
+          expect(failed?.data.error, code).toMatchObject({ type: "tool_error", status: 401, body: { error: { code } } })
+        }
+      }).pipe(Effect.scoped, Effect.provide(appLayer())),
+    30_000
+  )
 })

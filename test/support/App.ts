@@ -5,15 +5,15 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { SqlClient } from "@effect/sql"
+import { type SqlClient } from "@effect/sql"
 import { ConfigProvider, Context, Effect, Layer, Option, Redacted } from "effect"
-import { createServer } from "node:http"
 import * as fs from "node:fs"
+import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { AppConfig, type AppConfigShape, defaultToolConfig } from "../../src/Config/AppConfig.js"
 import { DatabaseLive } from "../../src/Database/Client.js"
 import { HttpLive } from "../../src/Http.js"
-import { defaultToolConfig, AppConfig, type AppConfigShape } from "../../src/Config/AppConfig.js"
 import { freshDatabase } from "./Database.js"
 
 export const OPERATOR_TOKEN = "op_test_operator_token_0123456789"

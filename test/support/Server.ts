@@ -94,19 +94,18 @@ export const startChild = async (databaseUrl: string, env: Record<string, string
     })
   })
   let killed: Promise<void> | undefined
-  const kill9 = () =>
-    (killed ??= (async () => {
-      alive.delete(server)
-      if (child.pid !== undefined) {
-        try {
-          process.kill(-child.pid, "SIGKILL")
-        } catch {
-          // already gone
-        }
+  const kill9 = () => (killed ??= (async () => {
+    alive.delete(server)
+    if (child.pid !== undefined) {
+      try {
+        process.kill(-child.pid, "SIGKILL")
+      } catch {
+        // already gone
       }
-      await exited
-      fs.rmSync(dataDir, { recursive: true, force: true })
-    })())
+    }
+    await exited
+    fs.rmSync(dataDir, { recursive: true, force: true })
+  })())
   const server: ChildServer = { baseUrl: `http://127.0.0.1:${port}`, pid: child.pid ?? -1, child, output: () => output, kill9 }
   alive.add(server)
 

@@ -14,7 +14,9 @@ import type { AddressInfo } from "node:net"
 
 export interface ToolHost {
   readonly baseUrl: string
-  readonly calls: Array<{ path: string; claims: Record<string, any>; kid: string | undefined; token: string; body: string; operationId: string | undefined }>
+  readonly calls: Array<
+    { path: string; claims: Record<string, any>; kid: string | undefined; token: string; body: string; operationId: string | undefined }
+  >
   readonly rejected: Array<{ path: string; reason: string }>
   /** operation id -> refund */
   readonly refunds: Map<string, { refund_id: string; order_id: string; amount: number }>
@@ -102,7 +104,11 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
           if (host.knobs.reconciliation === "500") return json(res, 500, { error: "down" })
           const id = decodeURIComponent(m[1]!)
           const refund = host.refunds.get(id)
-          return json(res, 200, refund ? { operation_id: id, status: "succeeded", output: refund } : { operation_id: id, status: "not_found" })
+          return json(
+            res,
+            200,
+            refund ? { operation_id: id, status: "succeeded", output: refund } : { operation_id: id, status: "not_found" }
+          )
         }
         return json(res, 404, { error: "no such operation" })
       })
@@ -145,14 +151,22 @@ export const connectionBody = (
       effect: "read",
       path: paths.read,
       input_schema: { type: "object", properties: { order_id: { type: "string" } }, required: ["order_id"], additionalProperties: false },
-      output_schema: { type: "object", properties: { order_id: { type: "string" }, status: { type: "string" }, amount: { type: "number" } }, required: ["order_id", "status"] }
+      output_schema: {
+        type: "object",
+        properties: { order_id: { type: "string" }, status: { type: "string" }, amount: { type: "number" } },
+        required: ["order_id", "status"]
+      }
     },
     {
       name: "create_refund",
       effect: "write",
       path: paths.write,
       reconciliation_path: paths.reconciliation,
-      input_schema: { type: "object", properties: { order_id: { type: "string" }, amount: { type: "number" } }, required: ["order_id", "amount"] },
+      input_schema: {
+        type: "object",
+        properties: { order_id: { type: "string" }, amount: { type: "number" } },
+        required: ["order_id", "amount"]
+      },
       output_schema: { type: "object", properties: { refund_id: { type: "string" } }, required: ["refund_id"] }
     }
   ]

@@ -75,7 +75,11 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
     // the tenant's identity provider, a user, and a way to get an actor token for them
     const idp = yield* Effect.promise(() => generateKeyPair("ES256"))
     const publicJwk = { ...(yield* Effect.promise(() => exportJWK(idp.publicKey))), kid: "idp-1", alg: "ES256" }
-    expectSingle(yield* call("PATCH", "/settings", { identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: { keys: [publicJwk] } } }))
+    expectSingle(
+      yield* call("PATCH", "/settings", {
+        identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: { keys: [publicJwk] } }
+      })
+    )
     const user = expectSingle(yield* call("POST", "/users", { external_id: "u-123", display_name: "Ada" }), 201)
     /** An actor session for the user from an assertion living `seconds` (times from the service's Clock). */
     const actorSession = (seconds = 120) =>
@@ -85,14 +89,20 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
           new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "idp-1" }).setIssuer("https://idp.acme.test")
             .setAudience("agent-platform").setSubject("u-123").setIssuedAt(iat).setExpirationTime(iat + seconds).sign(idp.privateKey)
         )
-        return expectSingle(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201) as { token: string; expires_at: string }
+        return expectSingle(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201) as {
+          token: string
+          expires_at: string
+        }
       })
     const actorToken = Effect.map(actorSession(), (s) => s.token)
 
     const startRunWith = (headers?: Record<string, string>) =>
       Effect.gen(function*() {
         const conv = expectSingle(yield* call("POST", "/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }), 201)
-        return expectSingle(yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "refund order o-1" }] }, headers), 202)
+        return expectSingle(
+          yield* call("POST", `/conversations/${conv.id}/runs`, { input: [{ type: "text", text: "refund order o-1" }] }, headers),
+          202
+        )
       })
     const startRun = startRunWith()
     const getRun = (id: string) => Effect.map(call("GET", `/runs/${id}`), (r) => expectSingle(r))
@@ -111,10 +121,33 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
     const decide = (runId: string, decision: "approve" | "deny" = "approve", reason?: string) =>
       Effect.gen(function*() {
         const approval = yield* approvalOf(runId)
-        return expectSingle(yield* call("POST", `/approvals/${approval.id}/decision`, { decision, ...(reason ? { reason } : {}) }, { "x-actor-token": yield* actorToken }))
+        return expectSingle(
+          yield* call("POST", `/approvals/${approval.id}/decision`, { decision, ...(reason ? { reason } : {}) }, {
+            "x-actor-token": yield* actorToken
+          })
+        )
       })
     const toolEvent = (runId: string, type: string) => Effect.map(eventList(runId), (events) => events.find((e) => e.type === type))
-    return { sb, key, call, server, tools, ws, rev, user, actorSession, actorToken, startRun, startRunWith, getRun, eventList, waitFor, approvalOf, decide, toolEvent }
+    return {
+      sb,
+      key,
+      call,
+      server,
+      tools,
+      ws,
+      rev,
+      user,
+      actorSession,
+      actorToken,
+      startRun,
+      startRunWith,
+      getRun,
+      eventList,
+      waitFor,
+      approvalOf,
+      decide,
+      toolEvent
+    }
   })
 
 /** A sandbox with a reviewed connection to a live tool host (`host`), an identity provider and a user. */
