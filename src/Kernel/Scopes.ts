@@ -1,7 +1,7 @@
 import { Schema } from "effect"
 
-/** Every scope a service key may hold (contract part 5, D1, D12-D18). */
-export const ALL_SCOPES = [
+/** The scopes of the platform plane (contract part 4, 5): tenants, environments, keys, users, service actors. */
+export const PLATFORM_SCOPES = [
   "tenants:read",
   "tenants:write",
   "environments:read",
@@ -11,7 +11,12 @@ export const ALL_SCOPES = [
   "users:read",
   "users:write",
   "service-actors:read",
-  "service-actors:write",
+  "service-actors:write"
+] as const
+
+/** Every scope a service key may hold (contract part 5, D1, D12-D18). */
+export const ALL_SCOPES = [
+  ...PLATFORM_SCOPES,
   "connections:read",
   "connections:write",
   "agents:read",

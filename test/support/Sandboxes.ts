@@ -5,6 +5,7 @@
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
+import { PLATFORM_SCOPES } from "../../src/Kernel/Scopes.js"
 import { createKey, provisionSandbox, request } from "./Client.js"
 import { expectSingle } from "./Envelopes.js"
 
@@ -12,18 +13,7 @@ import { expectSingle } from "./Envelopes.js"
 // Scope sets
 
 /** Every scope of the platform plane. */
-export const ALL_MANAGEMENT_SCOPES = [
-  "tenants:read",
-  "tenants:write",
-  "environments:read",
-  "environments:write",
-  "keys:read",
-  "keys:revoke",
-  "users:read",
-  "users:write",
-  "service-actors:read",
-  "service-actors:write"
-] as const
+export const ALL_MANAGEMENT_SCOPES = PLATFORM_SCOPES
 
 export const AGENT_SCOPES = ["agents:read", "agents:write"]
 /** What running an agent takes: conversations and runs. */
