@@ -97,7 +97,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     if (tool === undefined) {
       return yield* fail({ type: "unknown_tool", message: `The agent has no tool named "${call.name}"` })
     }
-    const inputProblem = validate(tool.input_schema, call.input)
+    const inputProblem = validate(`${tool.id}:input`, tool.input_schema, call.input)
     if (inputProblem !== undefined) {
       return yield* fail({ type: "invalid_input", message: `The input does not match the tool's input schema: ${inputProblem}` })
     }
@@ -115,7 +115,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     /** The tool's answer to the agent (output validated), or a tool error; with the usage record. */
     const settle = (outcome: CallOutcome, also?: (ok: boolean, output: unknown, error?: unknown) => Effect.Effect<unknown, SqlError>) => {
       if (outcome._tag === "Ok") {
-        const problem = validate(tool.output_schema, outcome.body)
+        const problem = validate(`${tool.id}:output`, tool.output_schema, outcome.body)
         if (problem === undefined) {
           return Effect.as(
             env.commit({
