@@ -3,10 +3,13 @@
  * request carries, besides the key, an actor token made from an assertion the tenant's identity
  * provider signed (`sub` = the user's `external_id`); the provider's issuer, audience and keys are
  * environment settings (src/EnvironmentSettings.ts). Tokens live at most 5 minutes, are stored as a hash,
- * are bound to the key that made them, and die with the user, the key or the environment.
+ * work only with the key that made them, and die with the user, the key or the environment. An
+ * assertion (D19) makes one session (its `jti`, once per environment and issuer) and only while
+ * younger than 5 minutes (its `iat`, with 30 s of clock tolerance either way).
  */
 import { createHash, randomBytes } from "node:crypto"
 
+import { SqlClient } from "@effect/sql"
 import { Clock, Effect, FiberRef } from "effect"
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from "jose"
 import { fetch as undiciFetch } from "undici"
@@ -25,6 +28,13 @@ import { PlatformRepo } from "./Platform/Repo.js"
 /** Contract part 8: an actor request token lives at most 5 minutes. */
 export const ACTOR_TOKEN_SECONDS = 300
 
+/** D19: an assertion is accepted only while younger than this (its `iat`), and only once (its `jti`). */
+export const ASSERTION_MAX_AGE_SECONDS = 300
+/** Clock skew allowed between the identity provider and us, on `iat` (either way), `exp` and `nbf`. */
+export const ASSERTION_CLOCK_TOLERANCE_SECONDS = 30
+/** Used assertions past their expiry deleted at most per session made. */
+const SWEEP_LIMIT = 100
+
 const hashToken = (token: string) => createHash("sha256").update(token).digest("hex")
 
 export interface Actor {
@@ -34,6 +44,7 @@ export interface Actor {
 
 export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSessions", {
   effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
     const repo = yield* ActorSessionsRepo
     const platform = yield* PlatformRepo
     const settings = yield* EnvironmentSettings
@@ -72,7 +83,10 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
               issuer: idp.issuer,
               audience: idp.audience,
               currentDate: at,
-              requiredClaims: ["sub", "exp"]
+              requiredClaims: ["sub", "exp", "iat", "jti"],
+              // an `iat` older than this, or later than now (each beyond the tolerance), is refused
+              maxTokenAge: ASSERTION_MAX_AGE_SECONDS,
+              clockTolerance: ASSERTION_CLOCK_TOLERANCE_SECONDS
             }),
           catch: (e) => e
         }).pipe(
@@ -80,20 +94,38 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
             forbidden("invalid_assertion", `The assertion was not accepted: ${e?.code ?? "invalid"}${e?.message ? ` (${e.message})` : ""}`)
           )
         )
-        if (verified.payload.sub !== user.external_id) {
+        const { exp, iat, jti, sub } = verified.payload
+        if (typeof jti !== "string" || jti.length === 0 || jti.length > 255) {
+          return yield* forbidden("invalid_assertion", "The assertion's jti must be a string of 1 to 255 characters")
+        }
+        if (sub !== user.external_id) {
           return yield* forbidden("invalid_assertion", "The assertion's subject is not this user's external_id")
         }
-        const expires = new Date(Math.min(at.getTime() + ACTOR_TOKEN_SECONDS * 1000, verified.payload.exp! * 1000))
+        const expires = new Date(Math.min(at.getTime() + ACTOR_TOKEN_SECONDS * 1000, exp! * 1000))
+        // The last moment the assertion could still be accepted: until then its jti is kept.
+        const assertionExpires = new Date(
+          (Math.min(iat! + ASSERTION_MAX_AGE_SECONDS, exp!) + ASSERTION_CLOCK_TOLERANCE_SECONDS) * 1000
+        )
         const token = `act_${randomBytes(32).toString("base64url")}`
         const id = yield* makeId("as")
-        yield* repo.insert({ id, cell: p, userId: user.id, keyId: p.keyId, tokenHash: hashToken(token), expiresAt: expires, at })
+        yield* sql.withTransaction(Effect.gen(function*() {
+          if (!(yield* repo.useAssertion({ cell: p, issuer: idp.issuer, jti, expiresAt: assertionExpires, at }))) {
+            return yield* forbidden("invalid_assertion", "The assertion was not accepted: this assertion was already used")
+          }
+          yield* repo.insert({ id, cell: p, userId: user.id, keyId: p.keyId, tokenHash: hashToken(token), expiresAt: expires, at })
+        }))
+        // Housekeeping, in its own (sub)transaction: a failure is logged and does not undo the session.
+        yield* sql.withTransaction(repo.sweepUsedAssertions(at, SWEEP_LIMIT)).pipe(
+          Effect.catchAll((error) => Effect.logWarning("sweeping used assertions failed", error))
+        )
         return { id, object: "actor_session" as const, user_id: user.id, token, expires_at: toIso(expires) }
       })
 
     /**
-     * The acting user of a request: `X-Actor-Token` must be a live token of this key's tenant and
-     * environment, made with a key that still works, for a user that still exists. Missing: 403
-     * `actor_required`; anything else wrong: 403 `actor_token_invalid`.
+     * The acting user of a request: `X-Actor-Token` must be a live token made with this very key
+     * (D19: another key of the same environment gets the same answer as an unknown token), which
+     * still works, for a user that still exists. Missing: 403 `actor_required`; anything else wrong:
+     * 403 `actor_token_invalid`.
      */
     const requireActor = (p: Principal, token: string | undefined) =>
       Effect.gen(function*() {

@@ -7,7 +7,7 @@ import { createServer } from "node:http"
 
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
-import { Config, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { Config, Console, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 
 import { AppConfig } from "./Config/AppConfig.js"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
@@ -27,11 +27,14 @@ const Announce = Layer.effectDiscard(
     const address = server.address._tag === "TcpAddress"
       ? `http://${server.address.hostname}:${server.address.port}`
       : server.address.path
-    if (token.source === "config") {
-      yield* Effect.logInfo("operator token: from OPERATOR_TOKEN")
+    // D19: the token is printed once, when generated, so a new operator can use the CLI: to stdout,
+    // not through the logger, so log pipelines never hold it. Otherwise only its source is logged.
+    if (token.source === "generated") {
+      yield* Console.log(`operator token (generated, stored in ${token.file}): ${Redacted.value(token.token)}`)
+    } else if (token.source === "file") {
+      yield* Effect.logInfo(`operator token: from DATA_DIR/operator-token (${token.file})`)
     } else {
-      // Printed so a new operator can use the CLI; stored at token.file with mode 0600.
-      yield* Effect.logInfo(`operator token (${token.source}, stored in ${token.file}): ${Redacted.value(token.token)}`)
+      yield* Effect.logInfo("operator token: from OPERATOR_TOKEN")
     }
     // Last, so whoever waits for this line has seen everything printed before it.
     yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(

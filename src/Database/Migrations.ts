@@ -14,6 +14,7 @@ import purge from "./migrations/0005_purge.js"
 import eventPayloads from "./migrations/0006_event_payloads.js"
 import tools from "./migrations/0007_tools.js"
 import requestRefs from "./migrations/0008_request_refs.js"
+import usedAssertions from "./migrations/0009_used_assertions.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -26,7 +27,8 @@ export const loader = Migrator.fromRecord({
   "0005_purge": purge,
   "0006_event_payloads": eventPayloads,
   "0007_tools": tools,
-  "0008_request_refs": requestRefs
+  "0008_request_refs": requestRefs,
+  "0009_used_assertions": usedAssertions
 })
 
 const migrate = Migrator.make({})

@@ -12,6 +12,7 @@ import { DeletionJobRow } from "./Rows.js"
 export const CELL_TABLES = [
   "tool_operations",
   "approvals",
+  "used_assertions",
   "actor_sessions",
   "usage_records",
   "runs",

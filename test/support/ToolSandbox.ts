@@ -7,6 +7,7 @@
 import { expect } from "@effect/vitest"
 import { Clock, Effect, Option } from "effect"
 import { exportJWK, generateKeyPair, SignJWT } from "jose"
+import { randomUUID } from "node:crypto"
 import { defaultToolConfig } from "../../src/Config/AppConfig.js"
 import { TestApp } from "./App.js"
 import { operator, request } from "./Client.js"
@@ -81,18 +82,32 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
       })
     )
     const user = expectSingle(yield* call("POST", "/users", { external_id: "u-123", display_name: "Ada" }), 201)
-    /** An actor session for the user from an assertion living `seconds` (times from the service's Clock). */
-    const actorSession = (seconds = 120) =>
+    /**
+     * The provider's assertion for the user, issued now (the service's Clock) with a fresh `jti` and
+     * living `seconds`; `claims` replaces any claim, or leaves it out when undefined.
+     */
+    const assertion = (seconds = 120, claims: Record<string, unknown> = {}) =>
       Effect.gen(function*() {
         const iat = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-        const assertion = yield* Effect.promise(() =>
-          new SignJWT({}).setProtectedHeader({ alg: "ES256", kid: "idp-1" }).setIssuer("https://idp.acme.test")
-            .setAudience("agent-platform").setSubject("u-123").setIssuedAt(iat).setExpirationTime(iat + seconds).sign(idp.privateKey)
-        )
-        return expectSingle(yield* call("POST", "/actor-sessions", { user_id: user.id, assertion }), 201) as {
-          token: string
-          expires_at: string
+        const all: Record<string, unknown> = {
+          iss: "https://idp.acme.test",
+          aud: "agent-platform",
+          sub: "u-123",
+          iat,
+          exp: iat + seconds,
+          jti: `jti-${randomUUID()}`,
+          ...claims
         }
+        const payload = Object.fromEntries(Object.entries(all).filter(([, value]) => value !== undefined))
+        return yield* Effect.promise(() => new SignJWT(payload).setProtectedHeader({ alg: "ES256", kid: "idp-1" }).sign(idp.privateKey))
+      })
+    /** `POST /actor-sessions` for the user with this assertion: the reply, whatever it is. */
+    const postSession = (signed: string, k = key) =>
+      request("POST", `${sb.P}/actor-sessions`, { key: k, body: { user_id: user.id, assertion: signed } })
+    /** An actor session for the user from an assertion living `seconds`. */
+    const actorSession = (seconds = 120) =>
+      Effect.gen(function*() {
+        return expectSingle(yield* postSession(yield* assertion(seconds)), 201) as { token: string; expires_at: string }
       })
     const actorToken = Effect.map(actorSession(), (s) => s.token)
 
@@ -137,6 +152,8 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
       ws,
       rev,
       user,
+      assertion,
+      postSession,
       actorSession,
       actorToken,
       startRun,
