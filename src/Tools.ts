@@ -78,7 +78,7 @@ const checkOperations = (operations: ReadonlyArray<Operation>) =>
         return yield* invalid("parameter_invalid", `${at}.reconciliation_path: only writes are reconciled`, `${at}.reconciliation_path`)
       }
       for (const field of ["input_schema", "output_schema"] as const) {
-        const problem = schemaProblem(op[field])
+        const problem = yield* schemaProblem(op[field])
         if (problem !== undefined) {
           return yield* invalid("invalid_json_schema", `${at}.${field}: not a valid JSON Schema 2020-12: ${problem}`, `${at}.${field}`)
         }

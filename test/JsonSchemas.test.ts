@@ -1,96 +1,174 @@
 /**
- * Customer JSON Schemas are isolated per tool schema (D19): each compiles in its own ajv instance,
- * so `$ref` reaches only inside the schema and `$id` means nothing outside it; `pattern` runs on
- * RE2 (linear time), and a pattern RE2 cannot express is refused at registration; compiled
- * validators live in a bounded LRU. Pure unit tests of `src/Tools/JsonSchemas.ts`, no server.
+ * Customer JSON Schemas are isolated per tool schema and bounded in time (D19): each compiles in
+ * its own ajv instance, so `$ref` reaches only inside the schema and `$id` means nothing outside
+ * it; `pattern` runs on RE2 (linear time), and a pattern RE2 cannot express is refused at
+ * registration; `uniqueItems` is linear; every check runs in a worker thread with a 1 s deadline,
+ * so super-linear shapes answer a problem in time while the main thread keeps ticking; compiled
+ * validators live in a bounded LRU. Unit tests of `src/Tools/JsonSchemas.ts`, no server.
  */
-import { describe, expect, it } from "@effect/vitest"
-import { CACHE_LIMIT, cacheSize, schemaProblem, validate } from "../src/Tools/JsonSchemas.js"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber } from "effect"
 
-const timed = <A>(f: () => A): [A, number] => {
-  const start = performance.now()
-  const result = f()
-  return [result, performance.now() - start]
+import { CACHE_LIMIT, cacheSize, DEADLINE_MS, schemaProblem, validate } from "../src/Tools/JsonSchemas.js"
+
+const timed = <A>(effect: Effect.Effect<A>) =>
+  Effect.gen(function*() {
+    const start = performance.now()
+    const result = yield* effect
+    return [result, performance.now() - start] as const
+  })
+
+/** Runs a check while a 10 ms sleep ticks alongside: its answer, how long it took, when the sleep ended. */
+const alongside = (check: Effect.Effect<string | undefined>) =>
+  Effect.gen(function*() {
+    const start = performance.now()
+    const ticker = yield* Effect.fork(Effect.map(Effect.sleep(10), () => performance.now() - start))
+    const problem = yield* check
+    const took = performance.now() - start
+    return { problem, took, tick: yield* Fiber.join(ticker) }
+  })
+
+/** `items: { anyOf: [$ref #, $ref #] }`: each level tries both branches, so 2^depth attempts. */
+const recursive = { type: "array", items: { anyOf: [{ $ref: "#" }, { $ref: "#" }] } }
+const nested = (depth: number) => {
+  let value: unknown = 1
+  for (let i = 0; i < depth; i++) value = [value]
+  return value
 }
 
 describe("customer JSON Schemas (D19)", () => {
-  it("pattern runs in linear time: ^(a|aa)+$ against 40 a's and a b is refused within milliseconds", () => {
-    const schema = { type: "string", pattern: "^(a|aa)+$" }
-    expect(schemaProblem(schema)).toBeUndefined()
-    const [problem, ms] = timed(() => validate("redos:input", schema, "a".repeat(40) + "b"))
-    expect(problem).toMatch(/must match pattern/)
-    expect(ms).toBeLessThan(50)
-    expect(validate("redos:input", schema, "a".repeat(41))).toBeUndefined()
-  })
+  // The first worker loads tsx, ajv and re2js (about a second under tsx); no test should time that.
+  beforeAll(() => Effect.runPromise(validate("warm:input", { type: "string" }, "x")))
 
-  it("a pattern property overlapping a named property costs no backtracking at registration", () => {
-    const schema = { type: "object", properties: { ["a".repeat(40) + "b"]: {} }, patternProperties: { "^(a|aa)+$": {} } }
-    const [problem, ms] = timed(() => schemaProblem(schema))
-    expect(problem).toBeUndefined()
-    expect(ms).toBeLessThan(50)
-  })
+  it.live("pattern runs in linear time: ^(a|aa)+$ against 40 a's and a b is refused within milliseconds", () =>
+    Effect.gen(function*() {
+      const schema = { type: "string", pattern: "^(a|aa)+$" }
+      expect(yield* schemaProblem(schema)).toBeUndefined()
+      const [problem, ms] = yield* timed(validate("redos:input", schema, "a".repeat(40) + "b"))
+      expect(problem).toMatch(/must match pattern/)
+      expect(ms).toBeLessThan(200)
+      expect(yield* validate("redos:input", schema, "a".repeat(41))).toBeUndefined()
+    }))
 
-  it("a schema cannot $ref another tool's schema by its $id", () => {
-    const a = { $id: "https://example.com/a", type: "string", minLength: 3 }
-    expect(schemaProblem(a)).toBeUndefined()
-    expect(validate("conn1:input", a, "abc")).toBeUndefined()
-    const b = { $ref: "https://example.com/a" }
-    expect(schemaProblem(b)).toMatch(/https:\/\/example\.com\/a/)
-    // A tool stored before this rule: its schema no longer compiles, so nothing validates against it.
-    expect(validate("conn2:input", b, "abc")).toMatch(/cannot be compiled/)
-  })
+  it.live("a pattern property overlapping a named property costs no backtracking at registration", () =>
+    Effect.gen(function*() {
+      const schema = { type: "object", properties: { ["a".repeat(40) + "b"]: {} }, patternProperties: { "^(a|aa)+$": {} } }
+      const [problem, ms] = yield* timed(schemaProblem(schema))
+      expect(problem).toBeUndefined()
+      expect(ms).toBeLessThan(200)
+    }))
 
-  it("$ref within the schema itself still works", () => {
-    const schema = {
-      $id: "https://example.com/tree",
-      $defs: { node: { type: "object", properties: { children: { type: "array", items: { $ref: "#/$defs/node" } } } } },
-      $ref: "#/$defs/node"
-    }
-    expect(schemaProblem(schema)).toBeUndefined()
-    expect(validate("tree:input", schema, { children: [{ children: [] }] })).toBeUndefined()
-    expect(validate("tree:input", schema, { children: [{ children: 1 }] })).toMatch(/children/)
-  })
+  it.live("a schema cannot $ref another tool's schema by its $id", () =>
+    Effect.gen(function*() {
+      const a = { $id: "https://example.com/a", type: "string", minLength: 3 }
+      expect(yield* schemaProblem(a)).toBeUndefined()
+      expect(yield* validate("conn1:input", a, "abc")).toBeUndefined()
+      const b = { $ref: "https://example.com/a" }
+      expect(yield* schemaProblem(b)).toMatch(/https:\/\/example\.com\/a/)
+      // A tool stored before this rule: its schema no longer compiles, so nothing validates against it.
+      expect(yield* validate("conn2:input", b, "abc")).toMatch(/cannot be compiled/)
+    }))
 
-  it("two schemas with the same $id compile and validate independently, each by its own rules", () => {
-    const text = { $id: "https://example.com/same", type: "string" }
-    const number = { $id: "https://example.com/same", type: "integer" }
-    expect(schemaProblem(text)).toBeUndefined()
-    expect(schemaProblem(number)).toBeUndefined()
-    expect(validate("ten1_tool:input", text, "x")).toBeUndefined()
-    expect(validate("ten2_tool:input", number, 5)).toBeUndefined()
-    expect(validate("ten1_tool:input", text, 5)).toMatch(/must be string/)
-    expect(validate("ten2_tool:input", number, "x")).toMatch(/must be integer/)
-  })
+  it.live("$ref within the schema itself still works", () =>
+    Effect.gen(function*() {
+      const schema = {
+        $id: "https://example.com/tree",
+        $defs: { node: { type: "object", properties: { children: { type: "array", items: { $ref: "#/$defs/node" } } } } },
+        $ref: "#/$defs/node"
+      }
+      expect(yield* schemaProblem(schema)).toBeUndefined()
+      expect(yield* validate("tree:input", schema, { children: [{ children: [] }] })).toBeUndefined()
+      expect(yield* validate("tree:input", schema, { children: [{ children: 1 }] })).toMatch(/children/)
+    }))
 
-  it("the cache stays at its bound, and nothing of an evicted schema is remembered anywhere", () => {
-    const schema = (i: number) => ({ $id: `https://example.com/s${i}`, type: "integer", minimum: i })
-    for (let i = 0; i < CACHE_LIMIT + 50; i++) expect(validate(`bound_${i}:input`, schema(i), i)).toBeUndefined()
-    expect(cacheSize()).toBe(CACHE_LIMIT)
-    // The first keys were evicted; compiling them again works (no global registry holds their $id).
-    expect(validate("bound_0:input", schema(0), 0)).toBeUndefined()
-    expect(validate("bound_1:input", schema(1), 0)).toMatch(/must be >= 1/)
-    expect(cacheSize()).toBe(CACHE_LIMIT)
-    expect(schemaProblem({ $ref: "https://example.com/s2" })).toBeDefined()
-  })
+  it.live("two schemas with the same $id compile and validate independently, each by its own rules", () =>
+    Effect.gen(function*() {
+      const text = { $id: "https://example.com/same", type: "string" }
+      const number = { $id: "https://example.com/same", type: "integer" }
+      expect(yield* schemaProblem(text)).toBeUndefined()
+      expect(yield* schemaProblem(number)).toBeUndefined()
+      expect(yield* validate("ten1_tool:input", text, "x")).toBeUndefined()
+      expect(yield* validate("ten2_tool:input", number, 5)).toBeUndefined()
+      expect(yield* validate("ten1_tool:input", text, 5)).toMatch(/must be string/)
+      expect(yield* validate("ten2_tool:input", number, "x")).toMatch(/must be integer/)
+    }))
 
-  it("patterns RE2 cannot express (backreferences, lookarounds) are refused at registration", () => {
-    for (const pattern of ["(a)\\1", "(?<x>a)\\k<x>", "a(?=b)", "(?<!a)b"]) {
-      expect(schemaProblem({ type: "string", pattern })).toMatch(/pattern .* is not supported/)
-    }
-    expect(schemaProblem({ type: "object", patternProperties: { "^(?!x)": {} } })).toMatch(/pattern .* is not supported/)
-    expect(schemaProblem({ type: "string", pattern: "(" })).toMatch(/pattern/)
-  })
+  it.live("the cache stays at its bound, and nothing of an evicted schema is remembered anywhere", () =>
+    Effect.gen(function*() {
+      const schema = (i: number) => ({ $id: `https://example.com/s${i}`, type: "integer", minimum: i })
+      for (let i = 0; i < CACHE_LIMIT + 50; i++) expect(yield* validate(`bound_${i}:input`, schema(i), i)).toBeUndefined()
+      expect(yield* cacheSize).toBe(CACHE_LIMIT)
+      // The first keys were evicted; compiling them again works (no global registry holds their $id).
+      expect(yield* validate("bound_0:input", schema(0), 0)).toBeUndefined()
+      expect(yield* validate("bound_1:input", schema(1), 0)).toMatch(/must be >= 1/)
+      expect(yield* cacheSize).toBe(CACHE_LIMIT)
+      expect(yield* schemaProblem({ $ref: "https://example.com/s2" })).toBeDefined()
+    }))
 
-  it("ordinary patterns and pattern properties keep their meaning", () => {
-    const schema = {
-      type: "object",
-      properties: { code: { type: "string", pattern: "^[A-Z]{2}-\\d{4}$" }, name: { type: "string", pattern: "^\\p{L}+$" } },
-      patternProperties: { "^x-": { type: "integer" } }
-    }
-    expect(schemaProblem(schema)).toBeUndefined()
-    expect(validate("ordinary:input", schema, { code: "AB-1234", name: "Zoë", "x-a": 1 })).toBeUndefined()
-    expect(validate("ordinary:input", schema, { code: "ab-1234" })).toMatch(/\/code must match pattern/)
-    expect(validate("ordinary:input", schema, { name: "Zoë1" })).toMatch(/\/name must match pattern/)
-    expect(validate("ordinary:input", schema, { "x-a": "1" })).toMatch(/must be integer/)
-  })
+  it.live("patterns RE2 cannot express (backreferences, lookarounds) are refused at registration", () =>
+    Effect.gen(function*() {
+      for (const pattern of ["(a)\\1", "(?<x>a)\\k<x>", "a(?=b)", "(?<!a)b"]) {
+        expect(yield* schemaProblem({ type: "string", pattern })).toMatch(/pattern .* is not supported/)
+      }
+      expect(yield* schemaProblem({ type: "object", patternProperties: { "^(?!x)": {} } })).toMatch(/pattern .* is not supported/)
+      expect(yield* schemaProblem({ type: "string", pattern: "(" })).toMatch(/pattern/)
+    }))
+
+  it.live("ordinary patterns and pattern properties keep their meaning", () =>
+    Effect.gen(function*() {
+      const schema = {
+        type: "object",
+        properties: { code: { type: "string", pattern: "^[A-Z]{2}-\\d{4}$" }, name: { type: "string", pattern: "^\\p{L}+$" } },
+        patternProperties: { "^x-": { type: "integer" } }
+      }
+      expect(yield* schemaProblem(schema)).toBeUndefined()
+      expect(yield* validate("ordinary:input", schema, { code: "AB-1234", name: "Zoë", "x-a": 1 })).toBeUndefined()
+      expect(yield* validate("ordinary:input", schema, { code: "ab-1234" })).toMatch(/\/code must match pattern/)
+      expect(yield* validate("ordinary:input", schema, { name: "Zoë1" })).toMatch(/\/name must match pattern/)
+      expect(yield* validate("ordinary:input", schema, { "x-a": "1" })).toMatch(/must be integer/)
+    }))
+
+  // ---- the bound in time ----------------------------------------------------------------------
+
+  it.live("uniqueItems over 20,000 small objects answers within 2 s, and the service ticks meanwhile", () =>
+    Effect.gen(function*() {
+      const schema = { type: "array", items: { type: "object" }, uniqueItems: true }
+      const items = Array.from({ length: 20_000 }, (_, i) => ({ id: i, name: `item ${i}`, tags: ["a", "b"] }))
+      items[1] = { tags: ["a", "b"], name: "item 0", id: 0 } // equal to items[0], keys in another order
+      const { problem, tick, took } = yield* alongside(validate("unique:output", schema, items))
+      expect(took).toBeLessThan(2000)
+      expect(tick).toBeLessThan(200)
+      expect(problem).toBe("(root) must NOT have duplicate items (items ## 0 and 1 are identical)")
+      // Linear, so it answers on its own, well within the deadline; and distinct items pass.
+      items[1] = { id: 1, name: "item 1", tags: ["a", "b"] }
+      expect(yield* validate("unique:output", schema, items)).toBeUndefined()
+      expect(yield* validate("unique:output", schema, [[1, { a: 1, b: 2 }], [1, { b: 2, a: 1 }]])).toMatch(/\/0 must be object/)
+      const anyItems = { type: "array", uniqueItems: true }
+      expect(yield* validate("unique_any:output", anyItems, [[1, { a: 1, b: 2 }], [1, { b: 2, a: 1 }]])).toMatch(/duplicate/)
+      expect(yield* validate("unique_any:output", anyItems, [1, "1", [1], { "1": 1 }, null, false, 0])).toBeUndefined()
+    }))
+
+  it.live("while one check runs out its deadline, others are answered by the second worker", () =>
+    Effect.gen(function*() {
+      const slow = yield* Effect.fork(validate("nested:input", recursive, nested(30)))
+      yield* Effect.sleep(50)
+      const [problem, ms] = yield* timed(validate("integer:input", { type: "integer" }, "x"))
+      expect(problem).toMatch(/must be integer/)
+      expect(ms).toBeLessThan(DEADLINE_MS)
+      expect(yield* Fiber.join(slow)).toBe("validation took longer than 1000 ms")
+    }))
+
+  it.live("anyOf whose branches $ref back into the schema answers the timeout within 2 s on input nested 22 deep", () =>
+    Effect.gen(function*() {
+      const value = nested(22)
+      expect(JSON.stringify(value).length).toBeLessThan(100)
+      const { problem, tick, took } = yield* alongside(validate("nested:input", recursive, value))
+      expect(took).toBeLessThan(2000)
+      expect(took).toBeGreaterThanOrEqual(DEADLINE_MS - 1)
+      expect(tick).toBeLessThan(200)
+      expect(problem).toBe("validation took longer than 1000 ms")
+      // The worker was replaced: shallow input still answers, by the schema's own rules.
+      expect(yield* validate("nested:input", recursive, nested(3))).toMatch(/must be array/)
+      expect(yield* validate("nested:input", recursive, [[], [[]]])).toBeUndefined()
+    }))
 })

@@ -97,7 +97,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     if (tool === undefined) {
       return yield* fail({ type: "unknown_tool", message: `The agent has no tool named "${call.name}"` })
     }
-    const inputProblem = validate(`${tool.id}:input`, tool.input_schema, call.input)
+    const inputProblem = yield* validate(`${tool.id}:input`, tool.input_schema, call.input)
     if (inputProblem !== undefined) {
       return yield* fail({ type: "invalid_input", message: `The input does not match the tool's input schema: ${inputProblem}` })
     }
@@ -115,21 +115,22 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     /** The tool's answer to the agent (output validated), or a tool error; with the usage record. */
     const settle = (outcome: CallOutcome, also?: (ok: boolean, output: unknown, error?: unknown) => Effect.Effect<unknown, SqlError>) => {
       if (outcome._tag === "Ok") {
-        const problem = validate(`${tool.id}:output`, tool.output_schema, outcome.body)
-        if (problem === undefined) {
-          return Effect.as(
-            env.commit({
-              trigger: Trigger.ToolCallCompleted(),
-              data: { ...callData, tool_id: tool.id, output: outcome.body },
-              items: [result(call, outcome.body, false)],
-              usage: [toolUsage(tool)],
-              ...(also ? { also: also(true, outcome.body) } : {})
-            }),
-            "continue" as Next
-          )
-        }
-        const error = { type: "invalid_output", message: `The tool's answer does not match its output schema: ${problem}` }
-        return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(true, outcome.body, error) } : {}) })
+        return Effect.flatMap(validate(`${tool.id}:output`, tool.output_schema, outcome.body), (problem) => {
+          if (problem === undefined) {
+            return Effect.as(
+              env.commit({
+                trigger: Trigger.ToolCallCompleted(),
+                data: { ...callData, tool_id: tool.id, output: outcome.body },
+                items: [result(call, outcome.body, false)],
+                usage: [toolUsage(tool)],
+                ...(also ? { also: also(true, outcome.body) } : {})
+              }),
+              "continue" as Next
+            )
+          }
+          const error = { type: "invalid_output", message: `The tool's answer does not match its output schema: ${problem}` }
+          return fail(error, { usage: [toolUsage(tool)], ...(also ? { also: also(true, outcome.body, error) } : {}) })
+        })
       }
       const error = outcome._tag === "Rejected"
         ? {

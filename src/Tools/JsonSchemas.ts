@@ -1,149 +1,238 @@
 /**
  * Customer JSON Schemas (tool `input_schema` / `output_schema`, JSON Schema 2020-12), isolated per
- * schema (D19). A registered schema must itself be valid: checked against the 2020-12 meta-schema
- * and compiled in strict mode, so unknown keywords and typos are refused at registration; every
- * invocation body and every result is validated against the registered schemas.
+ * schema and bounded in time (D19). A registered schema must itself be valid: checked against the
+ * 2020-12 meta-schema and compiled in strict mode, so unknown keywords and typos are refused at
+ * registration; every invocation body and every result is validated against the registered
+ * schemas. The checks themselves are in `SchemaCheck.ts`; this file runs them off the main thread.
  *
  * Isolation: every schema is compiled in its own, fresh ajv instance that knows no other schema
  * (not even the meta-schemas), so `$ref` reaches only inside the schema itself (`#...` pointers,
  * `$defs`, its own `$id`/`$anchor`s) and anything else fails to compile; a `$id` means nothing
- * outside its schema, so two tenants' equal `$id`s neither collide nor see each other. The one
- * shared instance (`meta`) only checks schemas against the 2020-12 meta-schema; it never adds or
- * compiles a customer schema, and `$schema` may name only that meta-schema.
+ * outside its schema, so two tenants' equal `$id`s neither collide nor see each other. `$schema`
+ * may name only the 2020-12 meta-schema.
  *
- * Memory: compiled validators are kept in a bounded LRU (`CACHE_LIMIT`) under a key the caller
- * gives, the tool id and which schema (`tool_...:input`); tools are immutable, so a key never
- * changes meaning. An evicted validator takes its ajv instance with it. Registration checks
- * (`schemaProblem`) compile in a throwaway instance and cache nothing.
+ * Time: `pattern` and `patternProperties` run on RE2 (re2js, linear in the input), never on V8's
+ * backtracking RegExp; backreferences and lookarounds are refused at registration (RE2 corners:
+ * `\s` is ASCII whitespace only, `.` excludes only `\n`). `uniqueItems` is linear (a Map keyed by
+ * each item's canonical JSON: 20,000 small objects in well under a second, not 12 s pairwise).
+ * Formats are not validated, and inputs are size-limited before they get here (request bodies and
+ * tool answers 1 MiB). Other shapes stay super-linear, e.g. applicators over a recursive `$ref`
+ * (`items: { anyOf: [{ $ref: "#" }, { $ref: "#" }] }` is exponential in the input's nesting), so:
  *
- * Time: `pattern` and `patternProperties` run on RE2 (re2js, linear in the input) through ajv's
- * `code.regExp`, never on V8's backtracking RegExp. A pattern must be valid ECMA-262 (`u` flag),
- * as JSON Schema says, and expressible in RE2: backreferences and lookarounds are refused at
- * registration. RE2 semantics differ from ECMA-262 in corners: `\s` is ASCII whitespace only and
- * `.` excludes only `\n`. ajv's strict check that a property is also matched by a pattern
- * property ran the pattern on V8, so it is off (`allowMatchingProperties`; JSON Schema allows the
- * overlap). Formats are not validated (`validateFormats: false`), and inputs are size-limited
- * before they get here (request bodies 1 MiB, tool answers 1 MiB). What is NOT linear, honestly:
- * - `uniqueItems` over object or array items compares every pair (quadratic: 20,000 distinct
- *   small objects, 230 KB, take about 12 s on one core);
- * - applicators over a recursive `$ref` (e.g. `items: { anyOf: [{ $ref: "#" }, { $ref: "#" }] }`)
- *   retry each branch at each level: exponential in the nesting depth of the input (22 levels,
- *   under 100 bytes, about 30 s).
- * So a validation is bounded by the input size, but not tightly: bounding it in time needs a
- * deadline (a worker) or refusing those shapes at registration; neither is done here.
+ * THE BOUND: every check runs in a worker thread (`SchemaWorker.ts`; a pool of `POOL_SIZE` = 2,
+ * one request at a time each) with a deadline of `DEADLINE_MS` = 1000 ms of wall time, counted from
+ * when the request reaches a ready worker (compiling a schema the worker lacks counts). Past it
+ * the worker is terminated, a new one takes its place, and the answer is the problem
+ * "validation took longer than 1000 ms" (at registration: "checking the schema took longer than
+ * 1000 ms"), which callers treat as invalid: a tool error the agent sees, or 400
+ * `invalid_json_schema`. The main thread never runs a customer schema, so it stays responsive;
+ * what a caller can still wait for beyond its own deadline is the queue: requests that find both
+ * workers busy wait their turn (each turn at most 1000 ms). The deadline is a constant, not
+ * operator configuration. An ordinary small input costs one message round trip more than running
+ * in-thread (measured: about 70 µs more at the median for a 1 KB object); the first check also
+ * waits for a worker to load (about 0.2 s compiled, 1 s under tsx), which the deadline excludes.
+ *
+ * Memory: each worker keeps compiled validators in a bounded LRU (`CACHE_LIMIT`) under a key the
+ * caller gives, the tool id and which schema (`tool_...:input`); tools are immutable, so a key
+ * never changes meaning, and the schema is sent to a worker only when it does not have the key.
+ * Registration checks compile in a throwaway instance and cache nothing. A terminated worker
+ * takes its cache with it.
+ *
+ * Loading: compiled, the worker is `SchemaWorker.js` next to this file. Under tsx or vitest this
+ * file is TypeScript, and Node 20 ignores loaders given in a worker's `execArgv`, so the worker
+ * starts from a few lines that register tsx's ESM hooks and then import `SchemaWorker.ts`.
  */
-import type { CodeOptions, ErrorObject, Options } from "ajv"
-import * as Ajv2020Module from "ajv/dist/2020.js"
-import { RE2JS } from "re2js"
+import { Effect } from "effect"
+import { createRequire } from "node:module"
+import { pathToFileURL } from "node:url"
+import { Worker } from "node:worker_threads"
 
-// ajv is CommonJS: under ESM its class is the module's `default`.
-const Ajv2020 = Ajv2020Module.default as unknown as typeof Ajv2020Module.Ajv2020
+import type { Data, Op, Reply } from "./SchemaWorker.js"
 
-/** The only meta-schema a customer schema may name in `$schema`. */
-const META_SCHEMA = "https://json-schema.org/draft/2020-12/schema"
+/** How long one validation, or one registration check, may take in its worker. */
+export const DEADLINE_MS = 1000
 
-/** How many compiled validators are kept; the least recently used is evicted beyond it. */
+/** How many compiled validators a worker keeps; the least recently used is evicted beyond it. */
 export const CACHE_LIMIT = 1000
+
+/** This many workers: one starts at the first check, the next once it is ready; an ended one is replaced. */
+const POOL_SIZE = 2
+
+/** A worker that has not loaded within this long is given up. */
+const STARTUP_MS = 30_000
 
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
-/** A backreference (`\1`..`\9`, `\k<name>`) in a pattern that is valid ECMA-262 with the `u` flag. */
-const hasBackreference = (pattern: string) => {
-  for (let i = 0; i < pattern.length; i++) {
-    if (pattern[i] !== "\\") continue
-    i++
-    if (/[1-9k]/.test(pattern[i] ?? "")) return true
-  }
-  return false
+type Answer = { readonly problem?: string; readonly size?: number }
+
+interface Job {
+  readonly op: Op
+  /** The problem answered past the deadline. */
+  readonly late: string
+  readonly finish: (answer: Answer) => void
 }
 
-/** Compiles an ECMA-262 pattern to RE2, or throws saying why it cannot run in linear time. */
-const linearPattern = (pattern: string, flags: string): RE2JS => {
-  const quoted = JSON.stringify(pattern)
+interface Slot {
+  readonly worker: Worker
+  ready: boolean
+  job: Job | undefined
+  id: number
+  timer: ReturnType<typeof setTimeout> | undefined
+  /** The keys this worker has compiled, in its LRU order (mirrors its cache; `missing` corrects it). */
+  readonly known: Map<string, true>
+}
+
+const slots: Array<Slot> = []
+const queue: Array<Job> = []
+let lastId = 0
+
+/**
+ * tsx's ESM API as an import would resolve it (its `import` export; the `require` one computes
+ * its hooks' path wrongly). `import.meta.resolve` would do, but vitest does not provide it.
+ */
+const tsxApi = (here: string): string => {
+  const require = createRequire(here)
+  const manifest = require.resolve("tsx/package.json")
+  const { exports } = require(manifest) as { exports: Record<string, { import: { default: string } }> }
+  return new URL(exports["./esm/api"]!.import.default, pathToFileURL(manifest)).href
+}
+
+const start = (): Worker => {
+  const here = import.meta.url
+  const workerData: Data = { cacheLimit: CACHE_LIMIT }
+  if (!here.endsWith(".ts")) return new Worker(new URL("./SchemaWorker.js", here), { workerData })
+  const [api, entry] = [tsxApi(here), new URL("./SchemaWorker.ts", here).href].map((url) => JSON.stringify(url))
+  const boot = `import(${api}).then((tsx) => { tsx.register(); return import(${entry}) })`
+  // execArgv: [] so that a `--import tsx` of the parent is not registered a second time.
+  return new Worker(boot, { eval: true, execArgv: [], workerData })
+}
+
+const spawn = (): void => {
+  if (slots.length >= POOL_SIZE) return
+  const slot: Slot = { worker: start(), ready: false, job: undefined, id: 0, timer: undefined, known: new Map() }
+  slot.timer = setTimeout(() => retire(slot, `the schema worker did not start within ${STARTUP_MS} ms`), STARTUP_MS).unref()
+  slot.worker.on("message", (reply: Reply) => receive(slot, reply))
+  slot.worker.on("error", (e) => retire(slot, `validation failed: ${message(e)}`))
+  slot.worker.on("exit", (code) => retire(slot, `validation failed: the schema worker exited (${code})`))
+  slots.push(slot)
+}
+
+/**
+ * Ends a worker for good: its job is answered with `problem`; if it never loaded and no worker
+ * has, the waiting jobs are too (rather than starting workers that fail in a loop).
+ */
+const retire = (slot: Slot, problem: string): void => {
+  const at = slots.indexOf(slot)
+  if (at < 0) return
+  slots.splice(at, 1)
+  clearTimeout(slot.timer)
+  void slot.worker.terminate()
+  const failed = slot.job === undefined ? [] : [slot.job]
+  if (!slot.ready && !slots.some((s) => s.ready)) failed.push(...queue.splice(0))
+  for (const job of failed) job.finish({ problem })
+  pump()
+}
+
+const remember = (known: Map<string, true>, key: string): void => {
+  known.delete(key)
+  known.set(key, true)
+  if (known.size > CACHE_LIMIT) known.delete(known.keys().next().value!)
+}
+
+const dispatch = (slot: Slot, job: Job): void => {
+  let op = job.op
+  if (op.op === "validate") {
+    if (slot.known.has(op.key)) op = { op: "validate", key: op.key, value: op.value }
+    remember(slot.known, op.key)
+  }
+  slot.job = job
+  slot.id = ++lastId
+  slot.timer = setTimeout(() => {
+    retire(slot, job.late)
+    spawn() // its replacement, warm for the next check
+  }, DEADLINE_MS)
   try {
-    RegExp(pattern, flags) // only parsed, never run: the pattern must be what JSON Schema allows
+    slot.worker.postMessage({ ...op, id: slot.id })
   } catch (e) {
-    throw new Error(`pattern ${quoted} is not a valid ECMA-262 regular expression: ${message(e)}`)
-  }
-  if (hasBackreference(pattern)) {
-    throw new Error(`pattern ${quoted} is not supported: backreferences cannot be matched in linear time`)
-  }
-  try {
-    return RE2JS.compile(RE2JS.translateRegExp(pattern))
-  } catch (e) {
-    throw new Error(`pattern ${quoted} is not supported by the linear-time engine (RE2: no lookarounds): ${message(e)}`)
+    // Not cloneable (only values that are not JSON): nothing was sent.
+    clearTimeout(slot.timer)
+    slot.job = undefined
+    job.finish({ problem: `the value cannot be validated: ${message(e)}` })
   }
 }
 
-/** ajv's `code.regExp`, called as `(pattern, "u")`; `toString` keys ajv's per-instance pattern table. */
-const regExp: NonNullable<CodeOptions["regExp"]> = Object.assign(
-  (pattern: string, flags: string) => {
-    const re2 = linearPattern(pattern, flags)
-    return { test: (s: string) => re2.test(s), toString: () => `/${pattern}/${flags}` }
-  },
-  { code: "re2js" }
-)
-
-const options: Options = { strict: true, allErrors: false, validateFormats: false, allowMatchingProperties: true, code: { regExp } }
-
-/** Checks schemas against the 2020-12 meta-schema; holds no customer schema. */
-const meta = new Ajv2020(options)
-
-/** Compiles one schema in a fresh instance that knows nothing else (so `$ref` stays inside it). */
-const compile = (schema: object) => new Ajv2020({ ...options, meta: false, validateSchema: false }).compile(schema)
-
-const describe = (errors: ReadonlyArray<ErrorObject> | null | undefined): string => {
-  const first = errors?.[0]
-  if (!first) return "is invalid"
-  const where = first.instancePath === "" ? "(root)" : first.instancePath
-  return `${where} ${first.message ?? "is invalid"}`
+const receive = (slot: Slot, reply: Reply): void => {
+  if (!slots.includes(slot)) return // retired: its job was answered already
+  if ("ready" in reply) {
+    slot.ready = true
+    clearTimeout(slot.timer)
+    spawn() // the next of the pool, if any
+    return pump()
+  }
+  const job = slot.job
+  if (job === undefined || reply.id !== slot.id) return
+  clearTimeout(slot.timer)
+  slot.job = undefined
+  if (reply.missing === true && job.op.op === "validate") {
+    slot.known.delete(job.op.key)
+    return dispatch(slot, job)
+  }
+  job.finish(reply)
+  pump()
 }
+
+/** Hands waiting jobs to idle workers (preferring one that has the key), starting workers as needed. */
+const pump = (): void => {
+  if (queue.length > 0 && slots.every((s) => s.ready)) spawn() // one starting at a time: none slows another
+  while (queue.length > 0) {
+    const idle = slots.filter((s) => s.ready && s.job === undefined)
+    if (idle.length === 0) break
+    const job = queue.shift()!
+    const key = job.op.op === "validate" ? job.op.key : undefined
+    dispatch(idle.find((s) => key !== undefined && s.known.has(key)) ?? idle[0]!, job)
+  }
+  // A worker keeps the process alive only while something waits for it.
+  for (const s of slots) {
+    if (s.job !== undefined || (!s.ready && queue.length > 0)) s.worker.ref()
+    else s.worker.unref()
+  }
+}
+
+/** Runs one request in a worker; interrupting the caller drops it if it has not started. */
+const run = (op: Op, late: string): Effect.Effect<Answer> =>
+  Effect.async<Answer>((resume) => {
+    let done = false
+    const job: Job = {
+      op,
+      late,
+      finish: (answer) => {
+        if (done) return
+        done = true
+        resume(Effect.succeed(answer))
+      }
+    }
+    queue.push(job)
+    pump()
+    return Effect.sync(() => {
+      done = true
+      const at = queue.indexOf(job)
+      if (at >= 0) queue.splice(at, 1)
+    })
+  })
 
 /** Why a registered schema is not acceptable, or undefined when it is. Caches nothing. */
-export const schemaProblem = (schema: unknown): string | undefined => {
-  if (schema === null || typeof schema !== "object" || Array.isArray(schema)) return "must be a JSON Schema object"
-  const named = (schema as { $schema?: unknown }).$schema
-  if (named !== undefined && named !== META_SCHEMA && named !== `${META_SCHEMA}#`) return `$schema must be ${META_SCHEMA}`
-  if (!meta.validateSchema(schema)) return describe(meta.errors)
-  try {
-    compile(schema)
-    return undefined
-  } catch (e) {
-    return message(e)
-  }
-}
-
-type Validator = (value: unknown) => string | undefined
-
-/** Least recently used first: a hit moves its key to the end. */
-const cache = new Map<string, Validator>()
-
-const validator = (schema: object): Validator => {
-  try {
-    const check = compile(schema)
-    return (value) => (check(value) ? undefined : describe(check.errors))
-  } catch (e) {
-    // Registration refuses such a schema; one stored under older rules validates nothing.
-    const problem = `the schema cannot be compiled: ${message(e)}`
-    return () => problem
-  }
-}
+export const schemaProblem = (schema: unknown): Effect.Effect<string | undefined> =>
+  Effect.map(run({ op: "check", schema }, `checking the schema took longer than ${DEADLINE_MS} ms`), (a) => a.problem)
 
 /**
  * Validates `value` against a registered schema: undefined when valid, else the first problem.
  * `key` names the schema for good (e.g. `${tool.id}:input`): the validator compiled for it is reused.
  */
-export const validate = (key: string, schema: object, value: unknown): string | undefined => {
-  let check = cache.get(key)
-  if (check === undefined) {
-    check = validator(schema)
-    if (cache.size >= CACHE_LIMIT) cache.delete(cache.keys().next().value!)
-  } else {
-    cache.delete(key)
-  }
-  cache.set(key, check)
-  return check(value)
-}
+export const validate = (key: string, schema: object, value: unknown): Effect.Effect<string | undefined> =>
+  Effect.map(run({ op: "validate", key, schema, value }, `validation took longer than ${DEADLINE_MS} ms`), (a) => a.problem)
 
-/** How many compiled validators are cached (at most `CACHE_LIMIT`). */
-export const cacheSize = (): number => cache.size
+/** How many compiled validators the first idle worker has cached (at most `CACHE_LIMIT`). */
+export const cacheSize: Effect.Effect<number> = Effect.map(
+  run({ op: "size" }, `counting the cache took longer than ${DEADLINE_MS} ms`),
+  (a) => a.size ?? 0
+)
