@@ -17,7 +17,7 @@ import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, notFound } from "./Kernel/Errors.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { idempotencyOf } from "./Kernel/RequestContext.js"
+import { afterCommit } from "./Kernel/RequestContext.js"
 import { type Commit, RunStore } from "./Runs/RunStore.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
@@ -50,19 +50,12 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         const actor = yield* actors.requireActor(p, actorToken)
         const approval = yield* approvalRow(p, id)
         const at = new Date(yield* Clock.currentTimeMillis)
-        const ref = (yield* idempotencyOf)?.ref
-        if (ref !== undefined && approval.decided_ref === ref) {
-          // A retry of this very decision whose first attempt died before its response was
-          // stored: the decision stands; make sure the run goes on, and answer as then.
-          yield* cells.send(p, new StartRun({ runId: approval.run_id }))
-          return toApproval(approval)
-        }
         if (approval.status !== "pending") {
           return yield* conflict("approval_not_pending", `This approval is already ${approval.status}`)
         }
         if (approval.expires_at.getTime() <= at.getTime()) {
           // Its alarm is due: let the run's actor end it now.
-          yield* cells.send(p, new StartRun({ runId: approval.run_id }))
+          yield* afterCommit(cells.send(p, new StartRun({ runId: approval.run_id })))
           return yield* conflict("approval_expired", "This approval expired before the decision")
         }
         const run = yield* runs.run(approval.run_id)
@@ -80,11 +73,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
               )
             }
             : {}),
-          also: repo.transition({ id: approval.id }, { _tag: "Decide", decision: body.decision }, at, {
-            by: actor,
-            reason,
-            ref: ref ?? null
-          })
+          also: repo.transition({ id: approval.id }, { _tag: "Decide", decision: body.decision }, at, { by: actor, reason })
         }]
         if (status === "denied") {
           const error = { type: "denied", message: "A person denied this write", ...(reason === null ? {} : { reason }) }
@@ -104,7 +93,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         if (Either.isLeft(committed)) {
           return yield* conflict("approval_not_pending", "The run no longer waits for this approval")
         }
-        yield* cells.send(p, new StartRun({ runId: approval.run_id }))
+        yield* afterCommit(cells.send(p, new StartRun({ runId: approval.run_id })))
         return toApproval(yield* approvalRow(p, id))
       })
 

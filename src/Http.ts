@@ -14,6 +14,7 @@ import { Approvals } from "./Approvals.js"
 import { ApprovalsLive } from "./Approvals/Http.js"
 import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { Secrets } from "./Crypto/Secrets.js"
+import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { Idempotency } from "./Edge/Idempotency.js"
 import { pipeline } from "./Edge/Pipeline.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
@@ -78,6 +79,7 @@ export const ServicesLive = Layer.mergeAll(
   Operator.Default,
   Auth.Default,
   Idempotency.Default,
+  ClientLimiter.Default,
   Runs.Default,
   UsageReports.Default,
   EventBus.Default,

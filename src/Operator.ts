@@ -18,6 +18,7 @@ import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
+import { RunStore, toRun } from "./Runs/RunStore.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -120,7 +121,17 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       createKey: (t: string, e: EnvironmentName, body: Parameters<typeof createKey>[2]) => dieOnSqlError(createKey(t, e, body)),
       /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
       getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),
-      cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e))
+      cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e)),
+      /**
+       * Any run of a cell, for support (D19): deleted environments' runs too, until their purge.
+       * 404 for a run of another cell or none.
+       */
+      getRun: (t: string, e: EnvironmentName, runId: string) =>
+        Effect.flatMap(RunStore, (store) =>
+          Effect.flatMap(
+            store.runOfCell(t, e, runId),
+            Option.match({ onNone: () => Effect.fail(notFound("run", "run_id")), onSome: (row) => Effect.succeed(toRun(row)) })
+          )).pipe(dieOnSqlError)
     } as const
   }),
   dependencies: [Quickstarts.Default, PlatformRepo.Default, OperatorRepo.Default]

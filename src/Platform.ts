@@ -8,6 +8,8 @@ import { createHash } from "node:crypto"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
 
+import { Cells } from "./Cells/Cells.js"
+import { EndRuns } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { DeletionJob } from "./Domain/Platform.js"
@@ -16,7 +18,7 @@ import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Error
 import { makeId } from "./Kernel/Ids.js"
 import { withinCeiling } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
-import { setResponseHeader } from "./Kernel/RequestContext.js"
+import { afterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
 
@@ -69,12 +71,19 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         return Rows.toTenant(row)
       })
 
+    /**
+     * Deleting a tenant or an environment denies access at once (D19): its keys are refused from
+     * this commit on, and its cells end every unfinished run once it committed.
+     */
+    const endRunsOf = (ended: ReadonlyArray<CellRef>) =>
+      Effect.flatMap(Cells, (cells) => afterCommit(Effect.forEach(ended, (cell) => cells.send(cell, new EndRuns()), { discard: true })))
+
     const deleteTenant = (p: Principal) =>
       sql.withTransaction(Effect.gen(function*() {
         const at = yield* now
-        if (!(yield* repo.markTenantDeleting(p.tenantId, at))) {
-          return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
-        }
+        const environments = yield* repo.markTenantDeleting(p.tenantId, at)
+        if (environments === undefined) return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
+        yield* endRunsOf(environments.map((environment) => ({ tenantId: p.tenantId, environment })))
         return yield* queueDeletion(p, "tenant", p.tenantId, at)
       }))
 
@@ -109,6 +118,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         const at = yield* now
         const id = yield* repo.markEnvironmentDeleting(p, at)
         if (id === undefined) return yield* conflict("deletion_in_progress", "This environment is already being deleted")
+        yield* endRunsOf([p])
         return yield* queueDeletion(p, "environment", id, at)
       }))
 
@@ -234,11 +244,14 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
     return {
       allowedWorkspace: (p: Principal) => dieOnSqlError(allowedWorkspace(p)),
-      /** Whether a run may still act (checked before each dispatch): its key, tenant, environment and user. */
-      authorizationActive: (run: { readonly key_id: string; readonly user_id: string | null }) =>
-        dieOnSqlError(repo.authorizationActive(run.key_id, run.user_id)),
+      /**
+       * Whether a run may still act (checked before each dispatch): `active`, `revoked` (its key or
+       * user), or `deleted` (its environment or tenant is being deleted).
+       */
+      authorization: (run: { readonly key_id: string; readonly user_id: string | null }) =>
+        dieOnSqlError(repo.authorization(run.key_id, run.user_id)),
       /** Whether a key (with its tenant and environment) may still act (open streams re-check it). */
-      keyActive: (keyId: string) => dieOnSqlError(repo.authorizationActive(keyId, null)),
+      keyActive: (keyId: string) => dieOnSqlError(Effect.map(repo.authorization(keyId, null), (a) => a === "active")),
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),

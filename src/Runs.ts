@@ -13,13 +13,14 @@ import { Cells } from "./Cells/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import type { CreateRun, Run, RunEvent } from "./Domain/Runs.js"
+import { type CreateRun, MAX_RUN_TEXT, type Run, type RunEvent } from "./Domain/Runs.js"
 import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { idempotencyOf, setResponseHeader } from "./Kernel/RequestContext.js"
+import { afterCommit, continueAfterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
 import { Platform } from "./Platform.js"
+import { terminalRunResponse } from "./Runs/Api.js"
 import { EventBus } from "./Runs/EventBus.js"
 import * as Repo from "./Runs/RunStore.js"
 import { eventStream } from "./Runs/Stream.js"
@@ -120,38 +121,45 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         return Option.getOrUndefined(yield* repo.run(runId))
       }))
 
-    /** The answer to an admitted run: `Location`, and with `Prefer: wait=N` the run once it ended (or after N s). */
-    const admittedReply = (p: Principal, run: Run, prefer: string | undefined) =>
+    /**
+     * Once the admission committed, the cell starts the run's actor; with `Prefer: wait=N` the
+     * request then waits up to N seconds and answers 200 with the run if it ended (else the 202).
+     */
+    const admitted = (p: Principal, run: Run, prefer: string | undefined) =>
       Effect.gen(function*() {
-        yield* cells.send(p, new StartRun({ runId: run.id }))
+        yield* afterCommit(cells.send(p, new StartRun({ runId: run.id })))
         yield* setResponseHeader("location", runPath(p, run.id))
         const wait = preferredWait(prefer)
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
-          const waited = yield* awaitTerminal(run.id, wait)
-          if (waited) return { terminal: isTerminal(waited.status), run: Repo.toRun(waited) }
+          yield* continueAfterCommit(
+            Effect.flatMap(awaitTerminal(run.id, wait), (waited) =>
+              waited !== undefined && isTerminal(waited.status)
+                ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
+                : Effect.succeedNone).pipe(Effect.orDie)
+          )
         }
-        return { terminal: false, run }
+        return run
       })
 
     const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken: string | undefined) =>
       Effect.gen(function*() {
         // On behalf of a user when an actor token comes along (its tool calls act for the user).
+        const tooLarge = body.input.findIndex((c) => c.text.length > MAX_RUN_TEXT)
+        if (tooLarge >= 0) {
+          return yield* invalid(
+            "input_too_large",
+            `input.${tooLarge}.text: a text item holds at most ${MAX_RUN_TEXT} characters`,
+            `input.${tooLarge}.text`
+          )
+        }
         const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         const conversation = yield* getConversation(p, conversationId)
         const at = yield* now
-        // A retry that took over the reservation of a request that died after admitting its run
-        // (before its response was stored) gets that run, not a second one.
-        const idempotency = yield* idempotencyOf
-        if (idempotency?.takeover) {
-          const since = new Date(at.getTime() - config.idempotencyTtlSeconds * 1000)
-          const earlier = yield* repo.runOfRequest(p.tenantId, p.environment, idempotency.ref, since)
-          if (Option.isSome(earlier)) return yield* admittedReply(p, Repo.toRun(earlier.value), prefer)
-        }
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)
         const authorizationExpires = new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
-        const admitted = yield* repo.admit({
+        const queuedEvent = yield* repo.admit({
           id,
           tenant_id: p.tenantId,
           environment: p.environment,
@@ -160,22 +168,21 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           agent_revision_id: conversation.agent_revision_id,
           key_id: p.keyId,
           user_id: user?.id ?? null,
-          idempotency_ref: idempotency?.ref ?? null,
           input: body.input,
           created_at: at,
           start_deadline_at: startDeadline,
           authorization_expires_at: authorizationExpires,
           item: { type: "user_message", text: body.input.map((c) => c.text).join("\n") }
         })
-        if (Option.isNone(admitted)) {
+        if (Option.isNone(queuedEvent)) {
           return yield* new Conflict({
             code: "conversation_busy",
             message: "This conversation already has a run that is not finished; wait for it or cancel it",
             param: "conversation_id"
           })
         }
-        // The run as admitted (its actor may already have moved it on; GET shows the latest).
-        return yield* admittedReply(p, {
+        // The run as admitted (its actor will move it on; GET shows the latest).
+        return yield* admitted(p, {
           id,
           object: "run",
           conversation_id: conversation.id,
@@ -193,7 +200,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           start_deadline_at: toIso(startDeadline),
           execution_deadline_at: null,
           authorization_expires_at: toIso(authorizationExpires),
-          last_event_id: admitted.value
+          last_event_id: queuedEvent.value
         }, prefer)
       })
 
@@ -219,7 +226,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
         const after = Option.getOrThrow(yield* repo.run(runId))
         if (after.status === "cancel_requested") {
-          yield* cells.send(p, new CancelRun({ runId })).pipe(Effect.forkDaemon)
+          yield* afterCommit(Effect.asVoid(Effect.forkDaemon(cells.send(p, new CancelRun({ runId })))))
         } else if (isTerminal(after.status) && after.status !== "cancelled") {
           return yield* new Conflict({
             code: "run_not_cancellable",

@@ -3,21 +3,16 @@
  * DATABASE_URL or embedded, migrations, then the HTTP server. SIGTERM/SIGINT interrupt the main
  * fiber: the server stops accepting, in-flight requests finish, the embedded Postgres stops.
  */
-import { createServer } from "node:http"
-
 import { HttpServer } from "@effect/platform"
-import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import { NodeRuntime } from "@effect/platform-node"
 import { Config, Console, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 
 import { AppConfig } from "./Config/AppConfig.js"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { isLostConnection } from "./Database/Defects.js"
+import { ServerLive } from "./Edge/Server.js"
 import { HttpLive } from "./Http.js"
 import { OperatorToken } from "./Operator/Token.js"
-
-const ServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host }))
-)
 
 const Announce = Layer.effectDiscard(
   Effect.gen(function*() {

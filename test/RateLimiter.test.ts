@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Exit, TestClock } from "effect"
-import type { RateLimiter } from "../src/Runtime/RateLimiter.js"
-import * as RateLimiterModule from "../src/Runtime/RateLimiter.js"
+import type { RateLimiter } from "../src/Kernel/RateLimiter.js"
+import * as RateLimiterModule from "../src/Kernel/RateLimiter.js"
 
 const policy = { ratePerSecond: 60, burst: 120 } as const
 const emissionInterval = Duration.millis(1000 / 60)

@@ -171,18 +171,20 @@ describe("tenants", () => {
       expect(job.id).toMatch(/^dj_/)
       expect(deleted.headers.get("location")).toBe(`${a.P}/deletion-jobs/${job.id}`)
 
-      const polled = expectSingle(yield* request("GET", deleted.headers.get("location")!, { key: a.key }))
-      expect(polled.id).toBe(job.id)
-      expect(polled.state).toBe("queued")
-
-      // Being deleted: readable (status deleting), but read-only.
-      const deleting = expectSingle(yield* request("GET", `/v1/tenants/${a.tenantId}`, { key: a.key }))
-      expect(deleting.status).toBe("deleting")
+      // D19: deleting the tenant ends its keys' access at once, from the 202 on; the job is there for operators.
+      for (const [method, path] of [["GET", deleted.headers.get("location")!], ["GET", `/v1/tenants/${a.tenantId}`]] as const) {
+        expectError(yield* request(method, path, { key: a.key }), 401, "authentication_error", "key_revoked")
+      }
       expectError(
         yield* request("PATCH", `/v1/tenants/${a.tenantId}`, { key: a.key, body: { name: "Late" } }),
-        409,
-        "conflict"
+        401,
+        "authentication_error",
+        "key_revoked"
       )
+      const sql = yield* SqlClient.SqlClient
+      const [stored] = yield* sql<{ state: string; status: string }>`
+        SELECT j.state, t.status FROM deletion_jobs j JOIN tenants t ON t.id = j.resource_id WHERE j.id = ${job.id}`.pipe(Effect.orDie)
+      expect(stored).toEqual({ state: "queued", status: "deleting" })
       // The other tenant is untouched and cannot see the job.
       expectError(yield* request("GET", `${b.P}/deletion-jobs/${job.id}`, { key: b.key }), 404, "not_found")
       const other = expectSingle(yield* request("GET", `/v1/tenants/${b.tenantId}`, { key: b.key }))
@@ -220,10 +222,9 @@ describe("environments", () => {
       const job = expectSingle(deleted, 202)
       expect(job).toMatchObject({ object: "deletion_job", resource_type: "environment", resource_id: env.id, state: "queued" })
       expect(deleted.headers.get("location")).toBe(`${a.P}/deletion-jobs/${job.id}`)
-      const polled = expectSingle(yield* request("GET", deleted.headers.get("location")!, { key: a.key }))
-      expect(polled.state).toBe("queued")
-      const deleting = expectSingle(yield* request("GET", a.P, { key: a.key }))
-      expect(deleting.state).toBe("deleting")
+      // D19: the environment's keys are refused from the 202 on
+      expectError(yield* request("GET", deleted.headers.get("location")!, { key: a.key }), 401, "authentication_error", "key_revoked")
+      expectError(yield* request("GET", a.P, { key: a.key }), 401, "authentication_error", "key_revoked")
 
       // b is untouched.
       expect(expectSingle(yield* request("GET", b.P, { key: b.key })).state).toBe("ready")

@@ -385,7 +385,8 @@ describe("users", () => {
 
         const deleted = yield* request("DELETE", `/v1/tenants/${sb.tenantId}`, { key: sb.key })
         const job = expectSingle(deleted, 202)
-        expect(expectSingle(yield* request("GET", deleted.headers.get("location")!, { key: sb.key })).state).toBe("queued")
+        // D19: its keys are refused from the 202 on
+        expectError(yield* request("GET", deleted.headers.get("location")!, { key: sb.key }), 401, "authentication_error", "key_revoked")
 
         const jobState = sql<{ state: string; completed_at: Date | null }>`
           SELECT state, completed_at FROM deletion_jobs WHERE id = ${job.id}`.pipe(Effect.orDie, Effect.map((r) => r[0]!))

@@ -48,8 +48,8 @@ const lookupTool: ToolRow = {
 }
 
 interface World {
-  /** whether the run's key (and user) may still act */
-  readonly authorized: Ref.Ref<boolean>
+  /** whether the run's key (and user) may still act, or its environment is being deleted */
+  readonly authorized: Ref.Ref<"active" | "revoked" | "deleted">
   /** revision id -> scripted steps */
   readonly revisions: Map<string, ReadonlyArray<ScriptedStep>>
   /** how many more times the revision lookup of a run dies (a defect in the actor) */
@@ -78,7 +78,7 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
         credentialOf: () => Effect.succeedNone
       })
     ),
-    Layer.provide(makeTestLayer(Platform)({ authorizationActive: () => Ref.get(world.authorized) })),
+    Layer.provide(makeTestLayer(Platform)({ authorization: () => Ref.get(world.authorized) })),
     Layer.provide(makeTestLayer(PlatformRepo)({ nextCellGeneration: () => Effect.succeed(1) })),
     Layer.provide(makeTestLayer(Tools)({ toolRows: (ids) => Effect.succeed(ids.length === 0 ? [] : [lookupTool]) })),
     Layer.provide(
@@ -91,7 +91,7 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
     Layer.provide(
       makeTestLayer(Invoker)({
         // the tool answers, and the run's key is revoked meanwhile
-        invoke: () => Effect.as(Ref.set(world.authorized, false), CallOutcome.Ok({ status: 200, body: { found: true } }))
+        invoke: () => Effect.as(Ref.set(world.authorized, "revoked"), CallOutcome.Ok({ status: 200, body: { found: true } }))
       })
     ),
     Layer.provideMerge(Layer.succeed(AppConfig, AppConfig.defaults({ runs: { ...defaultRunConfig, ...runs } })))
@@ -99,7 +99,7 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
 
 const newWorld = Effect.gen(function*() {
   return {
-    authorized: yield* Ref.make(true),
+    authorized: yield* Ref.make<"active" | "revoked" | "deleted">("active"),
     revisions: new Map<string, ReadonlyArray<ScriptedStep>>(),
     defects: yield* Ref.make(0)
   } satisfies World
@@ -123,7 +123,6 @@ const startRun = (world: World, steps: ReadonlyArray<ScriptedStep>, at: CellId =
       agent_revision_id: revision,
       key_id: "key_unit",
       user_id: null,
-      idempotency_ref: null,
       input: [{ type: "text", text: "hello" }],
       item: { type: "user_message", text: "hello" },
       created_at: new Date(now),
@@ -136,6 +135,19 @@ const startRun = (world: World, steps: ReadonlyArray<ScriptedStep>, at: CellId =
 
 /** Lets the actors' fibers run (no time passes). */
 const settle = Effect.repeatN(Effect.yieldNow(), 200)
+
+/**
+ * Lets the actors run until the run leaves `running`: a tool call validates its input in a worker
+ * thread (real time, not the TestClock), so yielding alone may not be enough. At most ~5 s.
+ */
+const settleRun = (id: string) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 500; i++) {
+      yield* settle
+      if ((yield* runOf(id)).status !== "running") return
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 10)))
+    }
+  })
 
 const runOf = (id: string) => Effect.flatMap(RunStore, (store) => Effect.map(store.run(id), Option.getOrThrow))
 const eventTypes = (id: string) =>
@@ -223,7 +235,7 @@ describe("run actor (in memory, TestClock)", () => {
           { type: "tool_call", tool: "lookup", input: { q: "order 1" } },
           { type: "text", text: "never said" }
         ])
-        yield* settle
+        yield* settleRun(id)
         const run = yield* runOf(id)
         expect(run.status).toBe("failed")
         expect(run.status_reason).toBe("authorization_revoked")
@@ -243,13 +255,27 @@ describe("run actor (in memory, TestClock)", () => {
   it.effect("a key revoked before the start: the run fails without a model call", () =>
     Effect.gen(function*() {
       const world = yield* newWorld
-      yield* Ref.set(world.authorized, false)
+      yield* Ref.set(world.authorized, "revoked")
       yield* Effect.gen(function*() {
         const id = yield* startRun(world, [{ type: "text", text: "never said" }])
         yield* settle
         const run = yield* runOf(id)
         expect(run.status).toBe("failed")
         expect(run.status_reason).toBe("authorization_revoked")
+        expect(run.model_calls).toBe(0)
+      }).pipe(Effect.provide(runtime(world)))
+    }))
+
+  it.effect("an environment being deleted ends its runs before their next dispatch: cancelled, environment_deleted", () =>
+    Effect.gen(function*() {
+      const world = yield* newWorld
+      yield* Ref.set(world.authorized, "deleted")
+      yield* Effect.gen(function*() {
+        const id = yield* startRun(world, [{ type: "text", text: "never said" }])
+        yield* settle
+        const run = yield* runOf(id)
+        expect(run.status).toBe("cancelled")
+        expect(run.status_reason).toBe("environment_deleted")
         expect(run.model_calls).toBe(0)
       }).pipe(Effect.provide(runtime(world)))
     }))

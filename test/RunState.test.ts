@@ -25,6 +25,7 @@ const sample: Record<TriggerType["_tag"], TriggerType> = {
   DecideApproval: Trigger.DecideApproval(),
   Cancel: Trigger.Cancel(),
   CompleteCancel: Trigger.CompleteCancel(),
+  EnvironmentDeleted: Trigger.EnvironmentDeleted(),
   Expire: Trigger.Expire({ budget: "start_deadline_exceeded" }),
   Interrupt: Trigger.Interrupt({ reason: "admitted_content_missing" }),
   LoseOutcome: Trigger.LoseOutcome({ reason: "write_timeout" }),
@@ -34,6 +35,11 @@ const sample: Record<TriggerType["_tag"], TriggerType> = {
 /** The contract's rows, written out independently of TABLE: [from, trigger, to, event]. */
 const EXPECTED: ReadonlyArray<readonly [string, TriggerType["_tag"], string, string]> = [
   ["queued", "Start", "running", "run.started"],
+  // D19: deleting the environment ends every unfinished run at once
+  ["queued", "EnvironmentDeleted", "cancelled", "run.cancelled"],
+  ["running", "EnvironmentDeleted", "cancelled", "run.cancelled"],
+  ["requires_action", "EnvironmentDeleted", "cancelled", "run.cancelled"],
+  ["cancel_requested", "EnvironmentDeleted", "cancelled", "run.cancelled"],
   ["running", "Succeed", "succeeded", "run.succeeded"],
   ["running", "Fail", "failed", "run.failed"],
   ["queued", "Fail", "failed", "run.failed"],

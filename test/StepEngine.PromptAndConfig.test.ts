@@ -20,16 +20,30 @@ describe("step engine: prompt, schemas and config", () => {
       expect(ModelsConfig.defaults()).toEqual({
         openaiBaseUrl: "https://api.openai.com/v1",
         anthropicBaseUrl: "https://api.anthropic.com",
-        requestTimeoutSeconds: 120
+        requestTimeoutSeconds: 120,
+        responseMaxBytes: 10 * 1024 * 1024
       })
       expect(
         yield* read({
           OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
           ANTHROPIC_BASE_URL: "https://proxy.internal",
-          MODEL_REQUEST_TIMEOUT_SECONDS: "30"
+          MODEL_REQUEST_TIMEOUT_SECONDS: "30",
+          MODEL_RESPONSE_MAX_BYTES: "1048576"
         })
-      ).toEqual({ openaiBaseUrl: "http://127.0.0.1:9/v1", anthropicBaseUrl: "https://proxy.internal", requestTimeoutSeconds: 30 })
-      for (const bad of [{ OPENAI_BASE_URL: "not a url" }, { ANTHROPIC_BASE_URL: "ftp://x" }, { MODEL_REQUEST_TIMEOUT_SECONDS: "0" }]) {
+      ).toEqual({
+        openaiBaseUrl: "http://127.0.0.1:9/v1",
+        anthropicBaseUrl: "https://proxy.internal",
+        requestTimeoutSeconds: 30,
+        responseMaxBytes: 1_048_576
+      })
+      for (
+        const bad of [
+          { OPENAI_BASE_URL: "not a url" },
+          { ANTHROPIC_BASE_URL: "ftp://x" },
+          { MODEL_REQUEST_TIMEOUT_SECONDS: "0" },
+          { MODEL_RESPONSE_MAX_BYTES: "100" }
+        ]
+      ) {
         expect(Exit.isFailure(yield* Effect.exit(read(bad)))).toBe(true)
       }
     }))

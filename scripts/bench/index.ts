@@ -15,7 +15,6 @@
  * benchmarks measure the runtime, not the limiter; the limits have their own tests).
  */
 import { HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
@@ -26,6 +25,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { AppConfig, defaultRunConfig } from "../../src/Config/AppConfig.js"
 import { DatabaseLive } from "../../src/Database/Client.js"
+import { ServerLive } from "../../src/Edge/Server.js"
 import { HttpLive } from "../../src/Http.js"
 import { forEachRunEvent } from "../lib/RunEvents.js"
 
@@ -356,7 +356,7 @@ const settings = AppConfig.defaults({
   runs: { ...defaultRunConfig, streamsPerCell: 100_000, streamsPerActor: 100_000 }
 })
 const AppLive = HttpLive.pipe(
-  Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
+  Layer.provideMerge(ServerLive),
   Layer.provideMerge(DatabaseLive),
   Layer.provideMerge(Layer.succeed(AppConfig, settings))
 )

@@ -80,14 +80,13 @@ export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRep
       target: { readonly id: string } | { readonly runId: string },
       event: ApprovalEvent,
       at: Date,
-      decision: { readonly by?: { type: "user"; id: string }; readonly reason?: string | null; readonly ref?: string | null } = {}
+      decision: { readonly by?: { type: "user"; id: string }; readonly reason?: string | null } = {}
     ) => {
       const { from, to } = approvalTransition(event)
       return sql`
         UPDATE approvals SET status = ${to}, decided_at = ${at},
           reason = ${decision.reason === undefined ? sql`reason` : decision.reason},
-          decided_by = ${decision.by === undefined ? sql`decided_by` : sql`${JSON.stringify(decision.by)}::jsonb`},
-          decided_ref = ${decision.ref === undefined ? sql`decided_ref` : decision.ref}
+          decided_by = ${decision.by === undefined ? sql`decided_by` : sql`${JSON.stringify(decision.by)}::jsonb`}
         WHERE ${"id" in target ? sql`id = ${target.id}` : sql`run_id = ${target.runId}`} AND status IN ${sql.in([...from])}`
         .pipe(Rows.none)
     }

@@ -38,6 +38,13 @@ export class StartRun extends Schema.TaggedClass<StartRun>()("StartRun", { runId
  */
 export class CancelRun extends Schema.TaggedClass<CancelRun>()("CancelRun", { runId: Schema.String }) {}
 
+/**
+ * The cell's environment (or tenant) is being deleted: stop every run actor and end every
+ * unfinished run of the cell (`cancelled`, `environment_deleted`; a write whose outcome is not
+ * known ends `outcome_unknown`). Replies once they are ended.
+ */
+export class EndRuns extends Schema.TaggedClass<EndRuns>()("EndRuns", {}) {}
+
 /** Reserve one SSE stream slot of the cell and of the actor (contract part 8: 128 and 16). */
 export class OpenStream extends Schema.TaggedClass<OpenStream>()("OpenStream", { actorId: Schema.String }) {}
 export const OpenStreamReply = Schema.Union(
@@ -62,7 +69,16 @@ export const CellStats = Schema.Struct({
 })
 export type CellStats = typeof CellStats.Type
 
-export const CellCommand = Schema.Union(AdmitRequest, GetGeneration, StartRun, CancelRun, OpenStream, CloseStream, GetCellStats)
+export const CellCommand = Schema.Union(
+  AdmitRequest,
+  GetGeneration,
+  StartRun,
+  CancelRun,
+  EndRuns,
+  OpenStream,
+  CloseStream,
+  GetCellStats
+)
 export type CellCommand = typeof CellCommand.Type
 
 export interface CellReplies {
@@ -70,6 +86,7 @@ export interface CellReplies {
   readonly GetGeneration: number
   readonly StartRun: void
   readonly CancelRun: void
+  readonly EndRuns: void
   readonly OpenStream: OpenStreamReply
   readonly CloseStream: void
   readonly GetCellStats: CellStats

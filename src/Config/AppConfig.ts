@@ -85,8 +85,6 @@ export interface AppConfigShape {
   /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
   readonly idempotencyTtlSeconds: number
   readonly tombstoneTtlSeconds: number
-  /** how long an in-flight idempotency reservation may stay locked before it is presumed dead */
-  readonly idempotencyLockSeconds: number
   /** deletion purge: delay before live data is purged (contract 4 rule 6: within 24 h) and the sweep interval */
   readonly purgeDelaySeconds: number
   readonly sweepIntervalSeconds: number
@@ -94,6 +92,23 @@ export interface AppConfigShape {
   readonly runs: RunConfig
   /** customer tools (D10): the invocation token issuer and life, the destination allowlist, timeouts */
   readonly tools: ToolConfig
+  /** the HTTP edge: request limits, server timeouts, the rate limit of requests without a valid key (D19) */
+  readonly edge: EdgeConfig
+}
+
+export interface EdgeConfig {
+  /** a JSON request body larger than this is 400 `body_too_large` (D19: at most 1 MiB) */
+  readonly bodyLimitBytes: number
+  /** `/v1` requests without a valid key, per client address (D19: 20/s, burst 40) */
+  readonly clientRateLimit: { readonly ratePerSecond: number; readonly burst: number }
+  /** a client must send its request headers within this (slow-header connections are closed) */
+  readonly headersTimeoutSeconds: number
+  /** ... and its whole request within this (responses, event streams included, are not limited) */
+  readonly requestTimeoutSeconds: number
+  /** an idle keep-alive connection is closed after this */
+  readonly keepAliveTimeoutSeconds: number
+  /** open connections at most (more are refused by the server) */
+  readonly maxConnections: number
 }
 
 export interface ToolConfig {
@@ -125,6 +140,8 @@ export interface RunConfig {
   readonly streamsPerActor: number
   readonly pingSeconds: number
   readonly streamAuthCheckSeconds: number
+  /** the conversation a model step is sent: its latest items up to this many bytes of JSON */
+  readonly contextBytes: number
 }
 
 const bounded = (name: string, fallback: number, max: number) =>
@@ -143,8 +160,24 @@ export const defaultRunConfig: RunConfig = {
   streamsPerCell: 128,
   streamsPerActor: 16,
   pingSeconds: 15,
-  streamAuthCheckSeconds: 5
+  streamAuthCheckSeconds: 5,
+  contextBytes: 600_000
 }
+
+export const defaultEdgeConfig: EdgeConfig = {
+  bodyLimitBytes: 1024 * 1024,
+  clientRateLimit: { ratePerSecond: 20, burst: 40 },
+  headersTimeoutSeconds: 10,
+  requestTimeoutSeconds: 30,
+  keepAliveTimeoutSeconds: 5,
+  maxConnections: 20_000
+}
+
+const positive = (name: string, fallback: number) =>
+  Config.number(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be a number > 0`, validation: (n) => Number.isFinite(n) && n > 0 })
+  )
 
 export const defaultToolConfig: ToolConfig = {
   issuer: Option.none(),
@@ -211,7 +244,6 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
-    idempotencyLockSeconds: Config.integer("IDEMPOTENCY_LOCK_SECONDS").pipe(Config.withDefault(60)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
     sweepIntervalSeconds: Config.integer("SWEEP_INTERVAL_SECONDS").pipe(Config.withDefault(60)),
     runs: Config.all({
@@ -224,7 +256,8 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       streamsPerCell: bounded("CELL_MAX_STREAMS", 128, 128),
       streamsPerActor: bounded("ACTOR_MAX_STREAMS", 16, 16),
       pingSeconds: bounded("SSE_PING_SECONDS", 15, 15),
-      streamAuthCheckSeconds: bounded("SSE_AUTH_CHECK_SECONDS", 5, 15)
+      streamAuthCheckSeconds: bounded("SSE_AUTH_CHECK_SECONDS", 5, 15),
+      contextBytes: bounded("MODEL_CONTEXT_BYTES", 600_000, 100_000_000)
     }),
     tools: Config.all({
       issuer: Config.option(Config.string("TOOL_TOKEN_ISSUER")).pipe(Config.map(Option.filter((s) => s.length > 0))),
@@ -233,6 +266,17 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       requestTimeoutSeconds: bounded("TOOL_REQUEST_TIMEOUT_SECONDS", 30, 300),
       reconcilePollSeconds: bounded("RECONCILE_POLL_SECONDS", 5, 300),
       reconcileRetrySeconds: bounded("RECONCILE_RETRY_SECONDS", 60, 86_400)
+    }),
+    edge: Config.all({
+      bodyLimitBytes: bounded("REQUEST_BODY_LIMIT_BYTES", 1024 * 1024, 1024 * 1024),
+      clientRateLimit: Config.all({
+        ratePerSecond: positive("UNAUTHENTICATED_RATE_LIMIT_RPS", 20),
+        burst: bounded("UNAUTHENTICATED_RATE_LIMIT_BURST", 40, 1_000_000)
+      }),
+      headersTimeoutSeconds: bounded("HTTP_HEADERS_TIMEOUT_SECONDS", 10, 3600),
+      requestTimeoutSeconds: bounded("HTTP_REQUEST_TIMEOUT_SECONDS", 30, 3600),
+      keepAliveTimeoutSeconds: bounded("HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", 5, 3600),
+      maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000)
     })
   })
 
@@ -253,11 +297,11 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     dbPoolSize: 10,
     idempotencyTtlSeconds: 7 * 24 * 3600,
     tombstoneTtlSeconds: 90 * 24 * 3600,
-    idempotencyLockSeconds: 60,
     purgeDelaySeconds: 3600,
     sweepIntervalSeconds: 60,
     runs: defaultRunConfig,
     tools: defaultToolConfig,
+    edge: defaultEdgeConfig,
     ...overrides
   })
 }

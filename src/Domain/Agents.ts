@@ -1,6 +1,10 @@
 /** Workspaces, agents, agent revisions and model profiles (decisions D12). */
 import { Schema } from "effect"
 
+import { RefString, SingleLine } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -14,7 +18,7 @@ export const ScriptedTextStep = Schema.Struct({
 
 export const ScriptedToolCallStep = Schema.Struct({
   type: Schema.Literal("tool_call"),
-  tool: Schema.String.pipe(Schema.minLength(1)).annotations({ description: "The tool's operation name" }),
+  tool: SingleLine.pipe(Schema.minLength(1)).annotations({ description: "The tool's operation name" }),
   input: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 }).annotations({ identifier: "ScriptedToolCallStep" })
 
@@ -54,8 +58,8 @@ export type ScriptedSettings = typeof ScriptedSettings.Type
 // ---------------------------------------------------------------------------------------------
 // Resources (fields are ours: the contract does not show them).
 
-const Name = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
-const IdRef = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+const Name = SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+const IdRef = RefString
 
 export const Workspace = Schema.Struct({
   id: Schema.String,
@@ -66,7 +70,7 @@ export const Workspace = Schema.Struct({
 }).annotations({ identifier: "Workspace" })
 export type Workspace = typeof Workspace.Type
 
-export const CreateWorkspace = Schema.Struct({ name: Name }).annotations({ identifier: "CreateWorkspace" })
+export const CreateWorkspace = strictBody(Schema.Struct({ name: Name }).annotations({ identifier: "CreateWorkspace" }))
 
 export const Provider = Schema.Literal("openai", "anthropic", "openai_compatible", "scripted").annotations({
   identifier: "Provider",
@@ -92,23 +96,25 @@ export const ModelProfile = Schema.Struct({
 }).annotations({ identifier: "ModelProfile" })
 export type ModelProfile = typeof ModelProfile.Type
 
-export const CreateModelProfile = Schema.Struct({
-  name: Name,
-  provider: Provider,
-  model: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)),
-  settings: Schema.optional(ProfileSettings).annotations({
-    description: "Provider-specific: openai_compatible requires base_url (http or https URL); scripted requires " +
-      "steps (a non-empty list of ScriptedStep)"
-  }),
-  credential: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(8192))).annotations({
-    description: "The provider credential (API key). Write-only: stored encrypted (AES-256-GCM), never returned"
-  })
-}).annotations({ identifier: "CreateModelProfile" })
+export const CreateModelProfile = strictBody(
+  Schema.Struct({
+    name: Name,
+    provider: Provider,
+    model: SingleLine.pipe(Schema.minLength(1), Schema.maxLength(200)),
+    settings: Schema.optional(ProfileSettings).annotations({
+      description: "Provider-specific: openai_compatible requires base_url (http or https URL); scripted requires " +
+        "steps (a non-empty list of ScriptedStep)"
+    }),
+    credential: Schema.optional(SingleLine.pipe(Schema.minLength(1), Schema.maxLength(8192))).annotations({
+      description: "The provider credential (API key). Write-only: stored encrypted (AES-256-GCM), never returned"
+    })
+  }).annotations({ identifier: "CreateModelProfile" })
+)
 export type CreateModelProfile = typeof CreateModelProfile.Type
 
 /** `openai_compatible` settings: the Chat Completions base URL. */
 export const OpenAiCompatibleSettings = Schema.Struct({
-  base_url: Schema.String.pipe(
+  base_url: SingleLine.pipe(
     Schema.filter((s) => {
       try {
         const u = new URL(s)
@@ -130,7 +136,7 @@ export const Agent = Schema.Struct({
 }).annotations({ identifier: "Agent" })
 export type Agent = typeof Agent.Type
 
-export const CreateAgent = Schema.Struct({ workspace_id: IdRef, name: Name }).annotations({ identifier: "CreateAgent" })
+export const CreateAgent = strictBody(Schema.Struct({ workspace_id: IdRef, name: Name }).annotations({ identifier: "CreateAgent" }))
 
 export const AgentRevision = Schema.Struct({
   id: Schema.String,
@@ -146,9 +152,11 @@ export const AgentRevision = Schema.Struct({
 }).annotations({ identifier: "AgentRevision", description: "Immutable: there is no update or delete" })
 export type AgentRevision = typeof AgentRevision.Type
 
-export const CreateAgentRevision = Schema.Struct({
-  model_profile_id: IdRef,
-  instructions: Schema.String.pipe(Schema.maxLength(100_000)),
-  tool_ids: Schema.Array(IdRef).annotations({ description: "Tool ids; must be empty until tools exist (issue 5)" })
-}).annotations({ identifier: "CreateAgentRevision" })
+export const CreateAgentRevision = strictBody(
+  Schema.Struct({
+    model_profile_id: IdRef,
+    instructions: Schema.String.pipe(Schema.maxLength(100_000)),
+    tool_ids: Schema.Array(IdRef).annotations({ description: "Tool ids; must be empty until tools exist (issue 5)" })
+  }).annotations({ identifier: "CreateAgentRevision" })
+)
 export type CreateAgentRevision = typeof CreateAgentRevision.Type

@@ -1,6 +1,10 @@
 /** Human approvals of writes (D9, contract 3.1 rules 4-6). */
 import { Schema } from "effect"
 
+import { RefString } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 export const ApprovalStatus = Schema.Literal("pending", "approved", "denied", "expired")
@@ -32,13 +36,15 @@ export type Approval = typeof Approval.Type
 
 export const ApprovalListParams = Schema.Struct({
   status: Schema.optional(ApprovalStatus),
-  run_id: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)))
+  run_id: Schema.optional(RefString)
 })
 
-export const ApprovalDecision = Schema.Struct({
-  decision: Schema.Literal("approve", "deny"),
-  reason: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
-}).annotations({ identifier: "ApprovalDecision" })
+export const ApprovalDecision = strictBody(
+  Schema.Struct({
+    decision: Schema.Literal("approve", "deny"),
+    reason: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
+  }).annotations({ identifier: "ApprovalDecision" })
+)
 
 // ---- the life of an approval, as data -------------------------------------------------------
 

@@ -1,15 +1,19 @@
 /** Environment settings (D9, D16): what a customer configures per environment. */
 import { Schema } from "effect"
 
+import { SingleLine } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
 const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })) })
 
 export const IdentityProvider = Schema.Struct({
-  issuer: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
-  audience: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  issuer: SingleLine.pipe(Schema.minLength(1), Schema.maxLength(2000)),
+  audience: SingleLine.pipe(Schema.minLength(1), Schema.maxLength(2000)),
   jwks: Schema.optional(Jwks).annotations({ description: "The provider's public keys, inline" }),
-  jwks_url: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))).annotations({
+  jwks_url: Schema.optional(SingleLine.pipe(Schema.maxLength(2000))).annotations({
     description: "Or where to fetch them (HTTPS; the destination checks of connections apply)"
   })
 }).annotations({ identifier: "IdentityProvider" })
@@ -21,6 +25,8 @@ export const Settings = Schema.Struct({
   updated_at: Schema.NullOr(Timestamp)
 }).annotations({ identifier: "EnvironmentSettings" })
 
-export const UpdateSettings = Schema.Struct({
-  identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
-}).annotations({ identifier: "UpdateSettings" })
+export const UpdateSettings = strictBody(
+  Schema.Struct({
+    identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
+  }).annotations({ identifier: "UpdateSettings" })
+)

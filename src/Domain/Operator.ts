@@ -1,12 +1,18 @@
 import { Schema } from "effect"
 
+import { SingleLine } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { Timestamp } from "../Kernel/Ids.js"
 import { Email } from "./Platform.js"
 
-export const CreatePilotApplication = Schema.Struct({
-  organization_name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
-  contact_email: Email
-}).annotations({ identifier: "CreatePilotApplication" })
+export const CreatePilotApplication = strictBody(
+  Schema.Struct({
+    organization_name: SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
+    contact_email: Email
+  }).annotations({ identifier: "CreatePilotApplication" })
+)
 
 export const PilotApplication = Schema.Struct({
   id: Schema.String,
@@ -26,12 +32,14 @@ export const PilotApproval = Schema.Struct({
   environment: Schema.Literal("sandbox")
 }).annotations({ identifier: "PilotApproval" })
 
-export const OperatorCreateKey = Schema.Struct({
-  name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
-  scopes: Schema.optional(Schema.Array(Schema.String).pipe(Schema.minItems(1))).annotations({
-    description: "Omit for the first key (quickstart abilities); otherwise exactly these scopes"
-  })
-}).annotations({ identifier: "OperatorCreateKey" })
+export const OperatorCreateKey = strictBody(
+  Schema.Struct({
+    name: SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200)),
+    scopes: Schema.optional(Schema.Array(Schema.String).pipe(Schema.minItems(1))).annotations({
+      description: "Omit for the first key (quickstart abilities); otherwise exactly these scopes"
+    })
+  }).annotations({ identifier: "OperatorCreateKey" })
+)
 
 /**
  * The console quickstart of an environment (contract part 1, D1): resource ids, not credentials.

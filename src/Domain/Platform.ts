@@ -1,6 +1,10 @@
 /** Resources of the platform plane (contract part 4; fields "not shown" there are designed here). */
 import { Schema } from "effect"
 
+import { SingleLine } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { EnvironmentName, Timestamp } from "../Kernel/Ids.js"
 import { Scope } from "../Kernel/Scopes.js"
 
@@ -16,9 +20,11 @@ export const Tenant = Schema.Struct({
 }).annotations({ identifier: "Tenant" })
 export type Tenant = typeof Tenant.Type
 
-export const UpdateTenant = Schema.Struct({
-  name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
-}).annotations({ identifier: "UpdateTenant" })
+export const UpdateTenant = strictBody(
+  Schema.Struct({
+    name: SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+  }).annotations({ identifier: "UpdateTenant" })
+)
 
 export const EnvironmentState = Schema.Literal("provisioning", "ready", "suspended", "deleting", "deleted")
 
@@ -75,24 +81,28 @@ export const User = Schema.Struct({
 }).annotations({ identifier: "User" })
 export type User = typeof User.Type
 
-export const Email = Schema.String.pipe(
+export const Email = SingleLine.pipe(
   Schema.maxLength(254),
   Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an email address" })
 )
-const DisplayName = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+const DisplayName = SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
 
-export const CreateUser = Schema.Struct({
-  external_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
-    description: "Your own identifier for this user; unique within the environment"
-  }),
-  display_name: DisplayName,
-  email: Schema.optional(Nullable(Email))
-}).annotations({ identifier: "CreateUser" })
+export const CreateUser = strictBody(
+  Schema.Struct({
+    external_id: SingleLine.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
+      description: "Your own identifier for this user; unique within the environment"
+    }),
+    display_name: DisplayName,
+    email: Schema.optional(Nullable(Email))
+  }).annotations({ identifier: "CreateUser" })
+)
 
-export const UpdateActor = Schema.Struct({
-  display_name: Schema.optional(DisplayName),
-  email: Schema.optional(Nullable(Email))
-}).annotations({ identifier: "UpdateActor", description: "At least one field" })
+export const UpdateActor = strictBody(
+  Schema.Struct({
+    display_name: Schema.optional(DisplayName),
+    email: Schema.optional(Nullable(Email))
+  }).annotations({ identifier: "UpdateActor", description: "At least one field" })
+)
 
 export const ServiceActor = Schema.Struct({
   id: Schema.String,
@@ -103,9 +113,11 @@ export const ServiceActor = Schema.Struct({
 }).annotations({ identifier: "ServiceActor" })
 export type ServiceActor = typeof ServiceActor.Type
 
-export const CreateServiceActor = Schema.Struct({
-  name: Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
-}).annotations({ identifier: "CreateServiceActor" })
+export const CreateServiceActor = strictBody(
+  Schema.Struct({
+    name: SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+  }).annotations({ identifier: "CreateServiceActor" })
+)
 
 export const DeletionJob = Schema.Struct({
   id: Schema.String,

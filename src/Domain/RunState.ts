@@ -82,6 +82,8 @@ export type Trigger = Data.TaggedEnum<{
   Cancel: {}
   /** The runtime stopped the run's work after a cancel request. */
   CompleteCancel: {}
+  /** Its environment (or tenant) was deleted: access ends at once (D19). */
+  EnvironmentDeleted: {}
   /** A time budget ran out. */
   Expire: { readonly budget: Budget }
   /** The cell was restored and the run's admitted content is missing. */
@@ -126,6 +128,7 @@ export const TABLE: ReadonlyArray<Row> = [
   { trigger: "DecideApproval", from: ["requires_action"], to: "running", event: "run.approval.decided" },
   { trigger: "Cancel", from: ACTIVE, to: "cancel_requested", event: "run.cancel_requested" },
   { trigger: "CompleteCancel", from: ["cancel_requested"], to: "cancelled", event: "run.cancelled" },
+  { trigger: "EnvironmentDeleted", from: [...ACTIVE, "cancel_requested"], to: "cancelled", event: "run.cancelled" },
   { trigger: "Expire", from: [...ACTIVE, "cancel_requested"], to: "expired", event: "run.expired" },
   { trigger: "Interrupt", from: [...ACTIVE, "cancel_requested"], to: "interrupted", event: "run.interrupted" },
   { trigger: "LoseOutcome", from: ["running", "cancel_requested"], to: "outcome_unknown", event: "run.outcome_unknown" },
@@ -160,6 +163,8 @@ const reasonOf = (trigger: Trigger): string | null => {
     case "Cancel":
     case "CompleteCancel":
       return "cancelled_by_request"
+    case "EnvironmentDeleted":
+      return "environment_deleted"
     default:
       return null
   }

@@ -1,10 +1,14 @@
 /** Conversations, runs, run events and usage (contract 2.3, 3.1, 6; decisions D7, D8, D16). */
 import { Schema } from "effect"
 
+import { RefString } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { EnvironmentName, Timestamp } from "../Kernel/Ids.js"
 import { EventType, RunStatus } from "./RunState.js"
 
-const IdRef = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+const IdRef = RefString
 
 /** The identity of one tool call of a run: approvals and dispatched writes are recorded by it. */
 export const ToolCallOfRun = {
@@ -25,20 +29,32 @@ export const Conversation = Schema.Struct({
 }).annotations({ identifier: "Conversation" })
 export type Conversation = typeof Conversation.Type
 
-export const CreateConversation = Schema.Struct({
-  workspace_id: IdRef,
-  agent_revision_id: IdRef.annotations({ description: "A revision of an agent in this workspace" })
-}).annotations({ identifier: "CreateConversation" })
+export const CreateConversation = strictBody(
+  Schema.Struct({
+    workspace_id: IdRef,
+    agent_revision_id: IdRef.annotations({ description: "A revision of an agent in this workspace" })
+  }).annotations({ identifier: "CreateConversation" })
+)
 
+/** D19: one text item of a run's input, or of a model's answer, holds at most this many characters. */
+export const MAX_RUN_TEXT = 100_000
+
+/**
+ * A text content item. Its `text` holds at most 100,000 characters: an input item over it is 400
+ * `input_too_large` (checked by the run's admission, so the error names it), a model answer over
+ * it ends the run `failed` (`output_too_large`).
+ */
 export const TextContent = Schema.Struct({
   type: Schema.Literal("text"),
-  text: Schema.String.pipe(Schema.maxLength(100_000))
+  text: Schema.String.annotations({ jsonSchema: { type: "string", maxLength: MAX_RUN_TEXT } })
 }).annotations({ identifier: "TextContent" })
 export type TextContent = typeof TextContent.Type
 
-export const CreateRun = Schema.Struct({
-  input: Schema.Array(TextContent).pipe(Schema.minItems(1), Schema.maxItems(100))
-}).annotations({ identifier: "CreateRun" })
+export const CreateRun = strictBody(
+  Schema.Struct({
+    input: Schema.Array(TextContent).pipe(Schema.minItems(1), Schema.maxItems(100))
+  }).annotations({ identifier: "CreateRun" })
+)
 export type CreateRun = typeof CreateRun.Type
 
 export const RunUsage = Schema.Struct({

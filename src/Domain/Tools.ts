@@ -4,9 +4,13 @@
  */
 import { Schema } from "effect"
 
+import { RefString, SingleLine } from "../Kernel/Strings.js"
+
+import { strictBody } from "../Kernel/Body.js"
+
 import { Timestamp } from "../Kernel/Ids.js"
 
-const Name = Schema.String.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
+const Name = SingleLine.pipe(Schema.trimmed(), Schema.minLength(1), Schema.maxLength(200))
 /** A tool name as the model sees it: providers accept `^[a-zA-Z0-9_-]{1,64}$` (no dots). */
 export const OperationName = Schema.String.pipe(
   Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, {
@@ -34,16 +38,18 @@ export const Operation = Schema.Struct({
 }).annotations({ identifier: "ConnectionOperation" })
 export type Operation = typeof Operation.Type
 
-export const CreateConnection = Schema.Struct({
-  name: Name,
-  type: Schema.Literal("customer_https"),
-  owner: Schema.Struct({ type: Schema.Literal("tenant") }),
-  base_url: Schema.String.pipe(Schema.maxLength(2000)).annotations({
-    description: "Public HTTPS URL; localhost, private, link-local and metadata destinations are refused (400 destination_refused)"
-  }),
-  authentication: Schema.Struct({ type: Schema.Literal("service_signed_request") }),
-  operations: Schema.Array(Operation).pipe(Schema.minItems(1), Schema.maxItems(64))
-}).annotations({ identifier: "CreateConnection" })
+export const CreateConnection = strictBody(
+  Schema.Struct({
+    name: Name,
+    type: Schema.Literal("customer_https"),
+    owner: Schema.Struct({ type: Schema.Literal("tenant") }),
+    base_url: SingleLine.pipe(Schema.maxLength(2000)).annotations({
+      description: "Public HTTPS URL; localhost, private, link-local and metadata destinations are refused (400 destination_refused)"
+    }),
+    authentication: Schema.Struct({ type: Schema.Literal("service_signed_request") }),
+    operations: Schema.Array(Operation).pipe(Schema.minItems(1), Schema.maxItems(64))
+  }).annotations({ identifier: "CreateConnection" })
+)
 export type CreateConnection = typeof CreateConnection.Type
 
 export const ConnectionStatus = Schema.Literal("pending_review", "active", "rejected")
@@ -81,13 +87,15 @@ export const Tool = Schema.Struct({
 export type Tool = typeof Tool.Type
 
 export const ToolListParams = Schema.Struct({
-  connection_id: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)))
+  connection_id: Schema.optional(RefString)
 })
 
-export const ReviewConnection = Schema.Struct({
-  decision: Schema.Literal("approve", "reject"),
-  note: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
-}).annotations({ identifier: "ReviewConnection" })
+export const ReviewConnection = strictBody(
+  Schema.Struct({
+    decision: Schema.Literal("approve", "reject"),
+    note: Schema.optional(Schema.String.pipe(Schema.maxLength(2000)))
+  }).annotations({ identifier: "ReviewConnection" })
+)
 
 // ---- the life of a connection, as data ------------------------------------------------------
 

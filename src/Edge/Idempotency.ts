@@ -1,24 +1,23 @@
 /**
- * Idempotency (D5), in Postgres. A request reserves its key with one INSERT; a racing duplicate
- * finds the reservation and gets 409 `idempotency_key_in_use` (or the stored replay once the first
- * completes). Completed responses are kept for the replay window; 400 validation failures, 401,
- * 403, 429, 503 and defects are released instead, so they are safe to retry.
+ * Idempotency (D5, D19), in Postgres, atomic with the mutation: the request pipeline runs a
+ * mutation in one transaction, in which the handler's gate (`check`) takes the scope's advisory
+ * lock (a concurrent duplicate gets 409 `idempotency_key_in_use`) and looks for a stored response
+ * (replayed as it was; a changed payload is 409 `idempotency_key_reused`), and the pipeline stores
+ * the response (`store`) before the commit. So a crash leaves either nothing (a retry executes
+ * once) or the effect with its response (a retry replays it), and a dead holder's lock goes with
+ * its connection: no reservation outlives a process. 2xx, 404, 409 and 410 are stored for the
+ * replay window; 400, 401, 403, 429, 500 and 503 roll the transaction back (safe to retry).
  */
 import { createHash } from "node:crypto"
 
-import { Clock, Duration, Effect, Fiber, Schedule } from "effect"
+import { Clock, Effect, Fiber, Option, Schedule } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
-import { Conflict, type InvalidRequest } from "../Kernel/Errors.js"
+import { Conflict } from "../Kernel/Errors.js"
 import { canonicalJson } from "../Kernel/Json.js"
 import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
 
 export type { Scope, StoredResponse }
-
-export type Begin =
-  /** `takeover`: the key was reserved by a request that died without answering (it may have acted) */
-  | { readonly _tag: "Proceed"; readonly takeover: boolean }
-  | { readonly _tag: "Replay"; readonly response: StoredResponse }
 
 /** 1..255 characters of 0x21..0x7E (D5). */
 export const validKey = (key: string): boolean => /^[\x21-\x7E]{1,255}$/.test(key)
@@ -52,91 +51,64 @@ export const redactSecrets = (value: unknown): unknown => {
   return value
 }
 
-/**
- * A digest of a scope (tenant and environment are stored beside it), for resources to remember
- * which idempotent request made them: a retry taking over a dead holder's reservation finds them.
- */
-export const scopeRef = (s: Scope): string => createHash("sha256").update([s.actor, s.method, s.path, s.key].join("\n")).digest("base64url")
+const inUse = new Conflict({
+  code: "idempotency_key_in_use",
+  message: "A request with this Idempotency-Key is still being processed; retry later"
+})
+const reused = new Conflict({
+  code: "idempotency_key_reused",
+  message: "This Idempotency-Key was already used with a different request payload"
+})
 
 export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
   scoped: Effect.gen(function*() {
     const repo = yield* IdempotencyRepo
     const config = yield* AppConfig
 
-    /** Reserve the key, or say why not. */
-    const begin = (s: Scope, fp: string): Effect.Effect<Begin, Conflict | InvalidRequest> =>
+    /**
+     * The gate, inside the request's transaction: hold the scope (409 while another request with
+     * it is in flight), then the stored response to replay, or none to execute.
+     */
+    const check = (s: Scope, fp: string): Effect.Effect<Option.Option<StoredResponse>, Conflict> =>
       Effect.gen(function*() {
+        if (!(yield* repo.tryLock(s))) return yield* inUse
+        const row = yield* repo.find(s)
+        if (row === undefined) return Option.none()
         const now = yield* Clock.currentTimeMillis
-        const lockedUntil = new Date(now + config.idempotencyLockSeconds * 1000)
-        const expires = new Date(now + config.idempotencyTtlSeconds * 1000)
-        for (let attempt = 0; attempt < 3; attempt++) {
-          if (yield* repo.reserve(s, fp, new Date(now), lockedUntil, expires)) return { _tag: "Proceed", takeover: false } as const
-          const row = yield* repo.find(s)
-          if (!row) continue // released meanwhile: try again
-          if (row.expires_at.getTime() <= now) {
-            // Outside the replay window: the old record no longer exists for the caller.
-            yield* repo.deleteExpired(s, new Date(now))
-            continue
-          }
-          if (row.fingerprint !== fp) {
-            return yield* new Conflict({
-              code: "idempotency_key_reused",
-              message: "This Idempotency-Key was already used with a different request payload"
-            })
-          }
-          if (row.state === "completed") {
-            return { _tag: "Replay", response: { status: row.status!, headers: row.headers ?? {}, body: row.body ?? "" } } as const
-          }
-          if (row.locked_until !== null && row.locked_until.getTime() <= now) {
-            // The original holder died without finishing: take the reservation over (only one taker wins).
-            if (yield* repo.takeOver(s, fp, new Date(now), lockedUntil)) return { _tag: "Proceed", takeover: true } as const
-            continue
-          }
-          return yield* new Conflict({
-            code: "idempotency_key_in_use",
-            message: "A request with this Idempotency-Key is still being processed; retry later"
-          })
+        if (row.expires_at.getTime() <= now || row.state !== "completed" || row.status === null) {
+          // Outside the replay window (or a reservation of an earlier version): it no longer exists.
+          yield* repo.remove(s)
+          return Option.none()
         }
-        return yield* new Conflict({
-          code: "idempotency_key_in_use",
-          message: "A request with this Idempotency-Key is still being processed; retry later"
-        })
-      }).pipe(Effect.catchTag("SqlError", Effect.die), Effect.withSpan("Idempotency.begin"))
+        if (row.fingerprint !== fp) return yield* reused
+        return Option.some({ status: row.status, headers: row.headers ?? {}, body: row.body ?? "" })
+      }).pipe(Effect.orDie, Effect.withSpan("Idempotency.check"))
 
-    const complete = (s: Scope, response: StoredResponse) =>
-      repo.complete(s, response).pipe(Effect.orDie, Effect.withSpan("Idempotency.complete"))
+    /** Stores the response, in the request's transaction. */
+    const store = (s: Scope, fp: string, response: StoredResponse) =>
+      Effect.flatMap(
+        Clock.currentTimeMillis,
+        (now) => repo.insert(s, fp, response, new Date(now), new Date(now + config.idempotencyTtlSeconds * 1000))
+      ).pipe(
+        Effect.orDie,
+        Effect.withSpan("Idempotency.store")
+      )
 
-    const release = (s: Scope) => repo.release(s).pipe(Effect.orDie, Effect.withSpan("Idempotency.release"))
+    /** A later, fuller answer replaces the stored one (best effort: the stored one was an answer too). */
+    const replace = (s: Scope, response: StoredResponse) =>
+      repo.replace(s, response).pipe(
+        Effect.catchAllCause((cause) => Effect.logWarning("the stored idempotent response was not replaced", cause))
+      )
 
     /**
-     * Runs the work of a reserved request to its end even if the caller is interrupted (the client
-     * disconnected): the outcome is still stored, so a retry with the key replays it instead of
-     * executing a second time (an interrupted handler may already have committed). Only the
-     * service's shutdown interrupts it.
+     * Runs the work of a request to its end even if the caller is interrupted (the client
+     * disconnected): it may already have committed, and its outcome must be stored, so a retry
+     * replays it. Only the service's shutdown interrupts it.
      */
     const serviceScope = yield* Effect.scope
-
-    /**
-     * Keeps the reservation of a request that is still working: `locked_until` moves forward every
-     * third of the lock time, so only a holder that died (its process gone) is ever taken over,
-     * however long the work takes.
-     */
-    const heartbeat = (s: Scope) => {
-      const extend = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.extend(s, new Date(now + config.idempotencyLockSeconds * 1000)))
-      return extend.pipe(
-        Effect.delay(Duration.millis((config.idempotencyLockSeconds * 1000) / 3)),
-        Effect.forever,
-        Effect.catchAllCause((cause) => Effect.logWarning("idempotency lock extension failed", cause))
-      )
-    }
-
-    const detached = <A, E, R>(s: Scope, work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-      Effect.flatMap(
-        // interruptible: a fiber forked where interruption is off would inherit that, and the
-        // scope could not stop it when the work ends
-        Effect.forkIn(Effect.scoped(Effect.zipRight(Effect.forkScoped(Effect.interruptible(heartbeat(s))), work)), serviceScope),
-        Fiber.join
-      )
+    const detached = <A, E, R>(work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      // interruptible: a fiber forked where interruption is off would inherit that
+      Effect.flatMap(Effect.forkIn(Effect.interruptible(work), serviceScope), Fiber.join)
 
     /** Deletes records past the replay window. */
     const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.orDie(repo.sweep(new Date(now))))
@@ -147,7 +119,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    return { begin, complete, release, detached, sweep } as const
+    return { check, store, replace, detached, sweep } as const
   }),
   dependencies: [IdempotencyRepo.Default]
 }) {}

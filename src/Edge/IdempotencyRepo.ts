@@ -1,4 +1,9 @@
-/** SQL of idempotency records (D5): one row per (tenant, environment, actor, method, path, key). */
+/**
+ * SQL of idempotency records (D5): one row per (tenant, environment, actor, method, path, key),
+ * written in the same transaction as the mutation it answers, so a record exists exactly when its
+ * effect committed. A request in flight holds a transaction-scoped advisory lock on its scope:
+ * Postgres releases it at commit, at rollback, and when the holder's connection dies.
+ */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
@@ -21,14 +26,16 @@ export interface StoredResponse {
 
 export const RecordRow = Schema.Struct({
   fingerprint: Schema.String,
-  state: Schema.Literal("in_flight", "completed"),
-  locked_until: Rows.TimeOrNull,
+  state: Schema.String,
   status: Schema.NullOr(Schema.Number),
   headers: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
   body: Schema.NullOr(Schema.String),
   expires_at: Rows.Time
 })
 export type RecordRow = typeof RecordRow.Type
+
+/** The advisory lock key of a scope (64-bit hash of all its parts). */
+const lockKey = (s: Scope) => [s.tenantId, s.environment, s.actor, s.method, s.path, s.key].join("\n")
 
 export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("IdempotencyRepo", {
   effect: Effect.gen(function*() {
@@ -38,45 +45,35 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
       sql`tenant_id = ${s.tenantId} AND environment = ${s.environment} AND actor = ${s.actor}
           AND method = ${s.method} AND path = ${s.path} AND key = ${s.key}`
 
-    /** Reserves the key (`in_flight`); false when a record exists. */
-    const reserve = (s: Scope, fingerprint: string, at: Date, lockedUntil: Date, expiresAt: Date) =>
-      sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
-                                        locked_until, created_at, expires_at)
-          VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fingerprint},
-                  'in_flight', ${lockedUntil}, ${at}, ${expiresAt})
-          ON CONFLICT DO NOTHING
-          RETURNING key`.pipe(Effect.map((rows) => rows.length > 0))
+    /** Takes the scope's lock for the current transaction; false when another transaction holds it. */
+    const tryLock = (s: Scope) =>
+      sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${lockKey(s)}, 0)) AS locked`.pipe(
+        Rows.single(Schema.Struct({ locked: Schema.Boolean })),
+        Effect.map((r) => r.locked)
+      )
 
     const find = (s: Scope) =>
-      sql`SELECT fingerprint, state, locked_until, status, headers, body, expires_at
-          FROM idempotency_keys WHERE ${where(s)}`.pipe(Rows.maybe(RecordRow))
+      sql`SELECT fingerprint, state, status, headers, body, expires_at FROM idempotency_keys WHERE ${where(s)}`
+        .pipe(Rows.maybe(RecordRow))
 
-    const deleteExpired = (s: Scope, at: Date) =>
-      sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND expires_at <= ${at}`.pipe(Rows.none)
+    const remove = (s: Scope) => sql`DELETE FROM idempotency_keys WHERE ${where(s)}`.pipe(Rows.none)
 
-    /**
-     * Takes over the reservation of a holder whose lock ran out. The lock is re-checked in the
-     * UPDATE (not compared for equality with the value read: a timestamp Postgres wrote has
-     * microseconds a JS Date drops); a racing taker blocks on the row, then sees the fresh lock.
-     */
-    const takeOver = (s: Scope, fingerprint: string, at: Date, lockedUntil: Date) =>
-      sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil}
-          WHERE ${where(s)} AND state = 'in_flight' AND fingerprint = ${fingerprint} AND locked_until <= ${at}
-          RETURNING key`.pipe(Effect.map((rows) => rows.length > 0))
+    const insert = (s: Scope, fingerprint: string, response: StoredResponse, at: Date, expiresAt: Date) =>
+      sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
+                                        locked_until, status, headers, body, created_at, expires_at)
+          VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fingerprint},
+                  'completed', NULL, ${response.status}, ${JSON.stringify(response.headers)}::jsonb, ${response.body},
+                  ${at}, ${expiresAt})`.pipe(Rows.none)
 
-    const complete = (s: Scope, response: StoredResponse) =>
-      sql`UPDATE idempotency_keys SET state = 'completed', locked_until = NULL, status = ${response.status},
-                 headers = ${JSON.stringify(response.headers)}::jsonb, body = ${response.body}
-          WHERE ${where(s)} AND state = 'in_flight'`.pipe(Rows.none)
-
-    const release = (s: Scope) => sql`DELETE FROM idempotency_keys WHERE ${where(s)} AND state = 'in_flight'`.pipe(Rows.none)
-
-    const extend = (s: Scope, lockedUntil: Date) =>
-      sql`UPDATE idempotency_keys SET locked_until = ${lockedUntil} WHERE ${where(s)} AND state = 'in_flight'`.pipe(Rows.none)
+    /** The stored response becomes `response` (a `Prefer: wait` request that ended with the run). */
+    const replace = (s: Scope, response: StoredResponse) =>
+      sql`UPDATE idempotency_keys SET status = ${response.status}, headers = ${JSON.stringify(response.headers)}::jsonb,
+                                      body = ${response.body}
+          WHERE ${where(s)} AND state = 'completed'`.pipe(Rows.none)
 
     /** Deletes records past the replay window; how many. */
     const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
 
-    return { reserve, find, deleteExpired, takeOver, complete, release, extend, sweep } as const
+    return { tryLock, find, remove, insert, replace, sweep } as const
   })
 }) {}

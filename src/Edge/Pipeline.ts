@@ -1,23 +1,30 @@
 /**
- * The request pipeline every response goes through (D3, D4, D5, contract 4 and 8):
- *   request id -> (for /v1) authenticate -> the cell's rate limit -> idempotency -> the HttpApi
+ * The request pipeline every response goes through (D3, D4, D5, D19, contract 4 and 8). For `/v1`:
+ *
+ *   request id -> URL hygiene -> the client address's limit if no valid key -> authenticate ->
+ *   the cell's rate limit -> (mutations) Idempotency-Key, body hygiene, the actor's scope ->
+ *   one transaction: the HttpApi (routing, scopes, validation, then the handler passes the
+ *   idempotency gate: replay, 409, or execute) and the stored response -> commit ->
+ *   what the handler asked for after the commit (cells told to start or cancel runs) ->
+ *   a continuation (`Prefer: wait`) that may answer instead
+ *
  * and, on the way out, `X-Request-Id`, `Cache-Control: no-store`, RateLimit headers and any header
- * a handler set (Location). Failures that escape the HttpApi (unknown routes, unreadable bodies,
- * defects) become the same error envelope here. Audit and quotas (D16) slot in beside rate limit
- * and idempotency.
+ * a handler set (Location). A mutation whose answer is not stored (400, 401, 403, 429, 500, 503, or
+ * anything decided before the gate) is rolled back whole: nothing half-done, safe to retry.
+ * Failures that escape the HttpApi (unknown routes, unreadable bodies, defects) become the same
+ * error envelope here. Every log line of a request carries its `request_id`.
  */
-import { randomBytes } from "node:crypto"
-
 import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, FiberRef, Option } from "effect"
+import { SqlClient } from "@effect/sql"
+import { Cause, Data, Effect, FiberRef, Option } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
 import { Cells } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
+import { AppConfig } from "../Config/AppConfig.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
 import {
   type ApiError,
-  Conflict,
   errorClassOf,
   InternalError,
   InvalidRequest,
@@ -26,11 +33,13 @@ import {
   toEnvelope,
   Unavailable
 } from "../Kernel/Errors.js"
-import { currentRequest, type RequestState } from "../Kernel/RequestContext.js"
+import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
 import { Auth } from "../Platform/Auth.js"
+import { ClientLimiter } from "./ClientLimiter.js"
+import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
+import { requestIdOf } from "./RequestIds.js"
 
-const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
 /** Headers a handler set that are part of the response a replay gives again (D5, D7). */
 const REPLAYED_HEADERS = ["location", "preference-applied"] as const
@@ -47,8 +56,6 @@ export const errorResponse = (e: ApiError, requestId: string) => {
 const isApiError = (e: unknown): e is ApiError =>
   e !== null && typeof e === "object" && "code" in e && typeof (e.constructor as any)?.status === "number"
 
-const newRequestId = () => `req_${randomBytes(12).toString("base64url")}`
-
 const pathOf = (url: string) => {
   const q = url.indexOf("?")
   return q === -1 ? url : url.slice(0, q)
@@ -64,6 +71,7 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
   const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
   if (Option.isSome(failure)) {
     const e: any = failure.value
+    if (isApiError(e)) return Effect.succeed(errorResponse(e, state.requestId))
     if (e?._tag === "RouteNotFound") {
       return Effect.succeed(errorResponse(new NotFound({ code: "route_not_found", message: "Unrecognized request URL" }), state.requestId))
     }
@@ -92,6 +100,10 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
   )
 }
 
+/** Any outcome of the app as a response. */
+const answered = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState) =>
+  Effect.catchAllCause(app, (cause) => escaped(cause, state))
+
 const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestState) =>
   HttpServerResponse.setHeaders(response, {
     ...state.headers,
@@ -99,13 +111,105 @@ const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestS
     "cache-control": "no-store"
   })
 
-/** The /v1 gate: key, rate limit, idempotency. */
-const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState) =>
+/** A mutation's answer that must not be kept: the transaction is rolled back and this is the answer. */
+class RolledBack extends Data.TaggedError("RolledBack")<{ readonly response: HttpServerResponse.HttpServerResponse }> {}
+
+/** The stored form of a response: the secret fields of its body become null (D5). */
+const storedForm = (response: HttpServerResponse.HttpServerResponse, state: RequestState): Idempotency.StoredResponse => {
+  const text = bodyText(response)
+  let body = text
+  try {
+    body = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
+  } catch {
+    // not JSON: stored as is
+  }
+  const headers: Record<string, string> = { "x-request-id": state.requestId }
+  for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
+  return { status: response.status, headers, body }
+}
+
+/**
+ * A mutation in one transaction with its stored response (see the module comment); afterwards the
+ * handler's after-commit work, then its continuation.
+ */
+const transactional = <E, R>(
+  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+  state: RequestState,
+  scope: Idempotency.Scope,
+  fingerprint: string
+) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const idem = yield* Idempotency.Idempotency
+    const gate: IdempotencyGate = {
+      outcome: "pending",
+      check: idem.check(scope, fingerprint).pipe(
+        Effect.tapBoth({
+          onFailure: () => Effect.sync(() => (gate.outcome = "refused")),
+          onSuccess: (stored) => Effect.sync(() => (gate.outcome = Option.isSome(stored) ? "replayed" : "passed"))
+        }),
+        Effect.map(Option.map((stored) => {
+          Object.assign(state.headers, stored.headers, { "idempotent-replayed": "true" })
+          return HttpServerResponse.text(stored.body, { status: stored.status, contentType: "application/json" })
+        }))
+      )
+    }
+    const afterCommit: Array<Effect.Effect<void>> = []
+    state.idempotency = gate
+    state.afterCommit = afterCommit
+
+    const committed = yield* sql.withTransaction(Effect.gen(function*() {
+      const response = yield* answered(app, state)
+      if (gate.outcome === "replayed") return response
+      if (gate.outcome !== "passed") {
+        // Decided before the gate (routing, scopes, validation, tenancy) or by it (409): nothing is kept.
+        if (response.status >= 200 && response.status < 300) {
+          return yield* Effect.dieMessage(`a /v1 mutation answered ${response.status} without passing the idempotency gate`)
+        }
+        return yield* new RolledBack({ response })
+      }
+      if (!Idempotency.isStored(response.status)) return yield* new RolledBack({ response })
+      yield* idem.store(scope, fingerprint, storedForm(response, state))
+      return response
+    })).pipe(
+      Effect.map((response) => ({ response, kept: true })),
+      Effect.catchTag("RolledBack", ({ response }) => Effect.succeed({ response, kept: false })),
+      Effect.catchAllCause((cause) => Effect.map(escaped(cause, state), (response) => ({ response, kept: false })))
+    )
+    state.afterCommit = undefined
+    if (!committed.kept) return committed.response
+    for (const work of afterCommit) {
+      yield* work.pipe(Effect.catchAllCause((cause) => Effect.logError("work after a commit failed", cause)))
+    }
+    if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
+    const instead = yield* state.continuation
+    if (Option.isNone(instead)) return committed.response
+    // The fuller answer is the one a retry replays from now on.
+    yield* idem.replace(scope, storedForm(instead.value, state))
+    return instead.value
+  })
+
+/** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
+const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState, address: string) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
+    const config = yield* AppConfig
+    const clients = yield* ClientLimiter
     const auth = yield* Auth
     const cells = yield* Cells
-    const principal = yield* auth.authenticate(request.headers["authorization"])
+
+    const refusedClient = (decision: { readonly retryAfterSeconds: number; readonly remaining: number; readonly resetSeconds: number }) => {
+      state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
+      return new RateLimited({
+        code: "rate_limited",
+        message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
+      })
+    }
+    const exhausted = yield* clients.refused(address)
+    if (exhausted !== undefined) return yield* refusedClient(exhausted)
+    const principal = yield* auth.authenticate(request.headers["authorization"]).pipe(
+      Effect.tapError(() => clients.spend(address))
+    )
     state.principal = principal
 
     const rate = yield* cells.send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
@@ -120,9 +224,6 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
     }
 
     if (!MUTATIONS.has(request.method)) return yield* app
-    if (principal.deleting) {
-      return yield* new Conflict({ code: "deletion_in_progress", message: "This tenant or environment is being deleted; it is read-only" })
-    }
 
     const key = request.headers["idempotency-key"]
     if (key === undefined) {
@@ -139,13 +240,15 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
         param: "Idempotency-Key"
       })
     }
-    const idem = yield* Idempotency.Idempotency
-    const path = pathOf(request.url)
+    const body = yield* checkedBody(request, config.edge.bodyLimitBytes).pipe(
+      Effect.tapError((e) => Effect.sync(() => e.code === "body_too_large" && (state.headers["connection"] = "close")))
+    )
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
     const user = actorToken === undefined ? undefined : yield* (yield* ActorSessions).requireActor(principal, actorToken)
     state.actingUser = user
+    const path = pathOf(request.url)
     const scope: Idempotency.Scope = {
       tenantId: principal.tenantId,
       environment: principal.environment,
@@ -154,58 +257,48 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
       path,
       key
     }
-    const body = yield* Effect.orElseSucceed(request.text, () => "")
-    const begun = yield* idem.begin(scope, Idempotency.fingerprint(request.method, path, body))
-    state.idempotency = { ref: Idempotency.scopeRef(scope), takeover: begun._tag === "Proceed" && begun.takeover }
-    if (begun._tag === "Replay") {
-      const { headers, status, body: stored } = begun.response
-      Object.assign(state.headers, headers, { "idempotent-replayed": "true" })
-      return HttpServerResponse.text(stored, { status, contentType: "application/json" })
-    }
-    // Detached: a client that disconnects does not cancel the work it started (it may already
-    // have committed); its outcome is stored all the same, for the retry to replay.
-    return yield* idem.detached(
-      scope,
-      Effect.gen(function*() {
-        const response = yield* app.pipe(
-          Effect.catchAllCause((cause) => escaped(cause, state)),
-          Effect.onInterrupt(() => idem.release(scope))
-        )
-        if (Idempotency.isStored(response.status)) {
-          const text = bodyText(response)
-          let stored = text
-          try {
-            stored = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
-          } catch {
-            // not JSON: store as is
-          }
-          const headers: Record<string, string> = { "x-request-id": state.requestId }
-          for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
-          yield* idem.complete(scope, { status: response.status, headers, body: stored })
-        } else {
-          yield* idem.release(scope)
-        }
-        return response
+    const idem = yield* Idempotency.Idempotency
+    // Detached: a client that disconnects does not cancel the work it started; its outcome is
+    // stored all the same, for the retry to replay.
+    return yield* idem.detached(transactional(app, state, scope, Idempotency.fingerprint(request.method, path, body)))
+  })
+
+/** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */
+const publicV1 = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState, address: string) =>
+  Effect.gen(function*() {
+    const decision = yield* (yield* ClientLimiter).spend(address)
+    if (!decision.allowed) {
+      state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
+      return yield* new RateLimited({
+        code: "rate_limited",
+        message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
       })
-    )
+    }
+    return yield* app
   })
 
 export const pipeline = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const sent = request.headers["x-request-id"]
-    const state: RequestState = {
-      requestId: sent !== undefined && REQUEST_ID.test(sent) ? sent : newRequestId(),
-      headers: {},
-      principal: undefined
-    }
+    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
     const path = pathOf(request.url)
-    const handled = path.startsWith("/v1/") && !isPublicV1(path) ? guarded(app, state) : app
-    type Needs = HttpServerRequest.HttpServerRequest | Auth | Cells | Idempotency.Idempotency | ActorSessions
-    const response = yield* (handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>).pipe(
-      Effect.catchIf(isApiError, (e) => Effect.succeed(errorResponse(e, state.requestId))),
-      Effect.catchAllCause((cause) => escaped(cause, state)),
-      Effect.locally(currentRequest, state)
+    const address = Option.getOrElse(request.remoteAddress, () => "unknown")
+    const v1 = path.startsWith("/v1/")
+    const handled = v1
+      ? Effect.zipRight(checkUrl(request.url), isPublicV1(path) ? publicV1(app, state, address) : guarded(app, state, address))
+      : app
+    type Needs =
+      | HttpServerRequest.HttpServerRequest
+      | Auth
+      | Cells
+      | Idempotency.Idempotency
+      | ActorSessions
+      | ClientLimiter
+      | AppConfig
+      | SqlClient.SqlClient
+    const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
+      Effect.locally(currentRequest, state),
+      Effect.annotateLogs("request_id", state.requestId)
     )
     return finish(response, state)
   })

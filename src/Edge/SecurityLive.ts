@@ -60,15 +60,23 @@ export const ServiceKeyLive = Layer.sync(ServiceKey, () => {
  */
 const RouterConfigLive = HttpRouter.setRouterConfig({ maxParamLength: Number.MAX_SAFE_INTEGER, caseSensitive: true })
 
+/** A decoding message quotes the value it refused: never more than this much of it (no echo of a huge input). */
+const MAX_MESSAGE = 300
+const cut = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text)
+
+const codeOf = (tag: string | undefined) =>
+  tag === "Missing" ? "parameter_missing" : tag === "Unexpected" ? "unknown_parameter" : "parameter_invalid"
+
 const DecodeErrorsMiddleware = HttpApiBuilder.middleware((app) =>
   Effect.catchAll(app as unknown as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, never>, (e) => {
     if (!(e instanceof HttpApiError.HttpApiDecodeError)) return Effect.fail(e)
     const issue = e.issues[0]
     const param = issue?.path.map(String).join(".")
+    const detail = issue?._tag === "Unexpected" ? "is not a field of this request" : issue?.message
     return Effect.fail(
       new InvalidRequest({
-        code: issue?._tag === "Missing" ? "parameter_missing" : "parameter_invalid",
-        message: issue ? `${param ? param + ": " : ""}${issue.message}` : e.message,
+        code: codeOf(issue?._tag),
+        message: cut(issue ? `${param ? param + ": " : ""}${detail}` : e.message),
         ...(param ? { param } : {})
       })
     )

@@ -2,6 +2,8 @@ import { randomBytes } from "node:crypto"
 
 import { Clock, Effect, Schema } from "effect"
 
+import { SingleLine } from "./Strings.js"
+
 const CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
 const encodeTime = (ms: number): string => {
@@ -49,7 +51,7 @@ export const makeId = (prefix: string): Effect.Effect<string> =>
   })
 
 /** Path identifiers: 1..128 characters (contract 2.2, D2). */
-export const PathId = Schema.String.pipe(
+export const PathId = SingleLine.pipe(
   Schema.minLength(1, { message: () => "must be 1 to 128 characters" }),
   Schema.maxLength(128, { message: () => "must be 1 to 128 characters" })
 )

@@ -2,11 +2,13 @@
  * Who may touch what. A key sees only its own tenant and environment: anything else is 404 with
  * the same body shape as a missing resource (D3), never 403.
  */
-import { Effect } from "effect"
+import type { HttpServerResponse } from "@effect/platform"
+import { Effect, Option } from "effect"
 
-import { NotFound, PermissionDenied } from "./Errors.js"
+import { type Conflict, NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
 import { CurrentPrincipal, type Principal } from "./Principal.js"
+import { idempotencyGate } from "./RequestContext.js"
 
 export const ownTenant = (tenantId: string): Effect.Effect<Principal, NotFound, CurrentPrincipal> =>
   Effect.flatMap(CurrentPrincipal, (p) =>
@@ -43,18 +45,30 @@ export interface CellRequest {
 }
 
 /**
+ * Past the request's checks (the path is the caller's own, scopes and validation passed), a
+ * mutation passes its idempotency gate: a stored response is replayed as it was, else the handler
+ * runs. Reads (and requests without a gate) go straight on.
+ */
+const gated = <A, E, R>(run: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(
+    idempotencyGate,
+    Option.match({ onNone: () => run, onSome: (replay) => Effect.succeed(replay as A | HttpServerResponse.HttpServerResponse) })
+  )
+
+/**
  * A handler of an operation of the caller's cell: runs with the principal once the path's tenant
- * and environment are the caller's own (anything else is 404, as a missing resource).
+ * and environment are the caller's own (anything else is 404, as a missing resource), and past the
+ * idempotency gate of a mutation.
  */
 export const inCell = <Req extends CellRequest, A, E, R>(
   handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
 ) =>
-(request: Req): Effect.Effect<A, E | NotFound, R | CurrentPrincipal> =>
-  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => handler(p, request))
+(request: Req): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal> =>
+  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => gated(handler(p, request)))
 
 /** A handler of an operation of the caller's tenant (`/v1/tenants/{tenant_id}`): 404 for another tenant. */
 export const inTenant = <Req extends { readonly path: { readonly tenant_id: string } }, A, E, R>(
   handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
 ) =>
-(request: Req): Effect.Effect<A, E | NotFound, R | CurrentPrincipal> =>
-  Effect.flatMap(ownTenant(request.path.tenant_id), (p) => handler(p, request))
+(request: Req): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal> =>
+  Effect.flatMap(ownTenant(request.path.tenant_id), (p) => gated(handler(p, request)))

@@ -12,8 +12,6 @@ export interface Principal {
   readonly kind: "quickstart" | "console" | "derived"
   /** the actor idempotency and audit are scoped by */
   readonly actor: { readonly type: "api_key"; readonly id: string }
-  /** the tenant or environment is being deleted: reads only (so the deletion job can be polled) */
-  readonly deleting: boolean
 }
 
 export class CurrentPrincipal extends Context.Tag("CurrentPrincipal")<CurrentPrincipal, Principal>() {}

@@ -9,6 +9,8 @@
  *     provider may take, response body included; past it the call is abandoned (the request is
  *     aborted) and the step fails with `ModelUnavailable`. The `scripted` model is not subject to
  *     it (its sleeps are deliberate and bounded by the run's own budgets).
+ *   - `MODEL_RESPONSE_MAX_BYTES` (default 10 MiB): a larger response body fails the step
+ *     (`ModelInvalidResponse`), so a provider cannot make the service buffer without bound.
  *
  * `openai_compatible` has no operator base URL: each profile names its own (`settings.base_url`).
  *
@@ -20,6 +22,8 @@ export interface ModelsConfigShape {
   readonly openaiBaseUrl: string
   readonly anthropicBaseUrl: string
   readonly requestTimeoutSeconds: number
+  /** a provider's response body larger than this fails the step (`model_invalid_response`) */
+  readonly responseMaxBytes: number
 }
 
 const isHttpUrl = (value: string): boolean => {
@@ -50,6 +54,13 @@ export class ModelsConfig extends Context.Tag("ModelsConfig")<ModelsConfig, Mode
         message: `MODEL_REQUEST_TIMEOUT_SECONDS must be an integer from 1 to ${MAX_REQUEST_TIMEOUT_SECONDS}`,
         validation: (n) => n >= 1 && n <= MAX_REQUEST_TIMEOUT_SECONDS
       })
+    ),
+    responseMaxBytes: Config.integer("MODEL_RESPONSE_MAX_BYTES").pipe(
+      Config.withDefault(10 * 1024 * 1024),
+      Config.validate({
+        message: "MODEL_RESPONSE_MAX_BYTES must be an integer from 65536 to 104857600",
+        validation: (n) => n >= 65_536 && n <= 100 * 1024 * 1024
+      })
     )
   })
 
@@ -64,6 +75,7 @@ export class ModelsConfig extends Context.Tag("ModelsConfig")<ModelsConfig, Mode
     openaiBaseUrl: "https://api.openai.com/v1",
     anthropicBaseUrl: "https://api.anthropic.com",
     requestTimeoutSeconds: 120,
+    responseMaxBytes: 10 * 1024 * 1024,
     ...overrides
   })
 

@@ -35,6 +35,7 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Cause, Clock, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Agent } from "undici"
 
 import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
 import {
@@ -256,20 +257,26 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
 }
 
 /**
- * The engine. Its HTTP client is `NodeHttpClient.layerUndici` rather than `FetchHttpClient`: a
- * dedicated undici connection pool owned by this service's scope (closed at shutdown), and it
- * follows no redirects, so a provider URL cannot bounce a request (and the credential header,
- * which fetch would carry along for `x-api-key`) to another host; a 3xx is reported instead.
+ * The engine. Its HTTP clients are undici connection pools owned by this service's scope (closed at
+ * shutdown) rather than `FetchHttpClient`: they follow no redirects, so a provider URL cannot
+ * bounce a request (and the credential header, which fetch would carry along for `x-api-key`) to
+ * another host (a 3xx is reported instead), and they refuse a response body over
+ * `MODEL_RESPONSE_MAX_BYTES`. Customer model servers go through the destination guard.
  * Timeouts are Effect's (`MODEL_REQUEST_TIMEOUT_SECONDS`), which abort the request.
  */
 export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const config = yield* ModelsConfig
-    const http = yield* HttpClient.HttpClient
     const destinations = yield* Destinations
-    return makeStep(config, http, NodeHttpClient.makeUndici(destinations.dispatcher))
+    const limits = { maxResponseSize: config.responseMaxBytes }
+    const providers = yield* Effect.acquireRelease(
+      Effect.sync(() => new Agent(limits)),
+      (agent) => Effect.promise(() => agent.close()).pipe(Effect.ignore)
+    )
+    const customers = yield* destinations.dispatcherWith(limits)
+    return makeStep(config, NodeHttpClient.makeUndici(providers), NodeHttpClient.makeUndici(customers))
   }),
-  dependencies: [ModelsConfig.layer, NodeHttpClient.layerUndici, Destinations.Default]
+  dependencies: [ModelsConfig.layer, Destinations.Default]
 }) {
   /** The engine with the given operator config and destination allowlist (tests). */
   static readonly layerWith = (
@@ -278,7 +285,6 @@ export class StepEngine extends Effect.Service<StepEngine>()("StepEngine", {
   ): Layer.Layer<StepEngine> =>
     StepEngine.DefaultWithoutDependencies.pipe(
       Layer.provide(ModelsConfig.layerWith(overrides)),
-      Layer.provide(NodeHttpClient.layerUndici),
       Layer.provide(Destinations.layerWith(destinationAllowlist))
     )
 }

@@ -5,6 +5,7 @@ import { Schema } from "effect"
 import { CellStats } from "../Cells/Protocol.js"
 import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
+import { Run } from "../Domain/Runs.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
 import { AuthenticationError } from "../Kernel/Errors.js"
 import { environment, idParam, tenantId } from "../Kernel/Params.js"
@@ -19,6 +20,7 @@ export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("Operato
 }) {}
 
 const id = idParam("id")
+const runId = idParam("run_id")
 
 export class OperatorApi extends HttpApiGroup.make("operator")
   .add(
@@ -51,6 +53,10 @@ export class OperatorApi extends HttpApiGroup.make("operator")
   .add(
     HttpApiEndpoint.post("rotateSigningKey")`/operator/v1/tenants/${tenantId}/environments/${environment}/signing-keys/rotate`
       .addSuccess(Schema.Struct({ kid: Schema.String, retired_publish_until: Schema.String }))
+  )
+  .add(
+    HttpApiEndpoint.get("operatorGetRun")`/operator/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}`
+      .addSuccess(Run)
   )
   .add(
     HttpApiEndpoint.get("getCellStats")`/operator/v1/tenants/${tenantId}/environments/${environment}/cell`

@@ -31,7 +31,17 @@ const make = (raw: string) =>
         return checked.url
       })
 
-    return { allowlist, dispatcher, checkRegistration } as const
+    /**
+     * Another guarded dispatcher with its own limits (e.g. a model server's answers may be larger
+     * than a tool's), closed with the caller's scope.
+     */
+    const dispatcherWith = (options: { readonly maxResponseSize: number }) =>
+      Effect.acquireRelease(
+        Effect.sync(() => Destination.guardedDispatcher(allowlist, { lookup, ...options })),
+        (d) => Effect.promise(() => d.close()).pipe(Effect.ignore)
+      )
+
+    return { allowlist, dispatcher, dispatcherWith, checkRegistration } as const
   })
 
 export class Destinations extends Effect.Service<Destinations>()("Destinations", {

@@ -188,7 +188,12 @@ type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | Arra
  */
 export const guardedDispatcher = (
   allowlist: Allowlist = EMPTY_ALLOWLIST,
-  options: { readonly lookup?: Lookup; readonly connectTimeoutMs?: number } = {}
+  options: {
+    readonly lookup?: Lookup
+    readonly connectTimeoutMs?: number
+    /** a response body larger than this fails the request (undici's `maxResponseSize`) */
+    readonly maxResponseSize?: number
+  } = {}
 ): Agent => {
   const lookup = options.lookup ?? systemLookup
   const guardedLookup = (hostname: string, opts: { all?: boolean }, callback: LookupCallback) => {
@@ -210,6 +215,7 @@ export const guardedDispatcher = (
   }
   const connect = buildConnector({ lookup: guardedLookup as any, timeout: options.connectTimeoutMs ?? 10_000 } as any)
   return new Agent({
+    ...(options.maxResponseSize === undefined ? {} : { maxResponseSize: options.maxResponseSize }),
     connect: (opts, callback) => {
       const host = normalizeHost(opts.hostname)
       const allowedHost = allowlist.hosts.has(host) || (ipaddr.isValid(host) && inAllowedCidr(ipaddr.parse(host), allowlist))

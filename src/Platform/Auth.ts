@@ -28,11 +28,14 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         if (!KeySecrets.looksLikeKey(secret)) return yield* invalidKey
         const row = yield* Effect.orDie(repo.keyBySecretHash(KeySecrets.hash(secret)))
         if (!row) return yield* invalidKey
-        if (row.revoked_at !== null || row.tenant_status === "deleted" || row.env_state === "deleted") {
+        // Deleting a tenant or an environment denies its keys at once (D19), from the 202 on.
+        if (
+          row.revoked_at !== null || row.tenant_status === "deleting" || row.tenant_status === "deleted" ||
+          row.env_state === "deleting" || row.env_state === "deleted"
+        ) {
           return yield* new AuthenticationFailed({ code: "key_revoked", message: "This API key has been revoked" })
         }
-        const deleting = row.tenant_status === "deleting" || row.env_state === "deleting"
-        if (!deleting && row.env_state !== "ready") {
+        if (row.env_state !== "ready") {
           return yield* new Unavailable({
             code: "environment_not_ready",
             message: `Environment ${row.environment} is ${row.env_state}`
@@ -44,8 +47,7 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
           environment: row.environment,
           scopes: row.scopes,
           kind: row.kind,
-          actor: { type: "api_key", id: row.id },
-          deleting
+          actor: { type: "api_key", id: row.id }
         } satisfies Principal
       }).pipe(Effect.withSpan("Auth.authenticate"))
 

@@ -8,14 +8,12 @@ import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
 import { notFound } from "../Kernel/Errors.js"
-import type { EnvironmentName } from "../Kernel/Ids.js"
+import { EnvironmentName } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
 import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
 const API_KEY_COLUMNS = "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
-
-const Ok = Schema.Struct({ ok: Schema.Boolean })
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {
@@ -30,15 +28,20 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       sql`UPDATE tenants SET name = ${name}, updated_at = ${at}
           WHERE id = ${id} AND status = 'active' RETURNING *`.pipe(Rows.maybe(TenantRow))
 
-    /** Marks the tenant and all its environments `deleting`; false when it was not active. */
+    /**
+     * Marks the tenant and all its environments `deleting`: the names of those environments, or
+     * undefined when the tenant was not active.
+     */
     const markTenantDeleting = (id: string, at: Date) =>
       Effect.gen(function*() {
         const flipped = yield* sql`UPDATE tenants SET status = 'deleting', updated_at = ${at}
                                    WHERE id = ${id} AND status = 'active' RETURNING id`
-        if (flipped.length === 0) return false
-        yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
-                   WHERE tenant_id = ${id} AND state <> 'deleted'`
-        return true
+        if (flipped.length === 0) return undefined
+        return yield* sql`UPDATE environments SET state = 'deleting', updated_at = ${at}
+                          WHERE tenant_id = ${id} AND state <> 'deleted' RETURNING name`.pipe(
+          Rows.all(Schema.Struct({ name: EnvironmentName })),
+          Effect.map((rows) => rows.map((r) => r.name))
+        )
       })
 
     const environment = (tenantId: string, name: string) =>
@@ -110,17 +113,25 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           RETURNING ${keyColumns}`.pipe(Rows.single(ApiKeyRow))
 
     /**
-     * Whether a run may still act: the key that created it is not revoked, its tenant is active and
-     * its environment ready, and its acting user (if any) is not deleted. One statement.
+     * Whether a run may still act, in one statement: `deleted` when its tenant or environment is
+     * being deleted; `revoked` when the key that created it is revoked, its environment is not
+     * ready, or its acting user (if any) is deleted; else `active`.
      */
-    const authorizationActive = (keyId: string, userId: string | null) =>
-      sql`SELECT (k.revoked_at IS NULL AND t.status = 'active' AND e.state = 'ready'
-                  AND (${userId}::text IS NULL OR EXISTS (
-                    SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL))) AS ok
+    const authorization = (keyId: string, userId: string | null) =>
+      sql`SELECT CASE
+                   WHEN t.status <> 'active' OR e.state IN ('deleting', 'deleted') THEN 'deleted'
+                   WHEN k.revoked_at IS NOT NULL OR e.state <> 'ready' THEN 'revoked'
+                   WHEN ${userId}::text IS NOT NULL AND NOT EXISTS (
+                     SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL) THEN 'revoked'
+                   ELSE 'active'
+                 END AS authorization
           FROM api_keys k
           JOIN tenants t ON t.id = k.tenant_id
           JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-          WHERE k.id = ${keyId}`.pipe(Rows.maybe(Ok), Effect.map((r) => r?.ok === true))
+          WHERE k.id = ${keyId}`.pipe(
+        Rows.maybe(Schema.Struct({ authorization: Schema.Literal("active", "revoked", "deleted") })),
+        Effect.map((r) => r?.authorization ?? "revoked")
+      )
 
     // ---- users, tombstones and service actors --------------------------------------------------
     const users = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
@@ -220,7 +231,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       lockApiKey,
       revokeTree,
       insertApiKey,
-      authorizationActive,
+      authorization,
       users,
       user,
       insertUser,

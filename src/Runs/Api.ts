@@ -1,6 +1,6 @@
 /** Conversations, runs and run events (contract part 4 rows; D7, D8). */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, HttpServerResponse, OpenApi } from "@effect/platform"
+import { Effect, Schema } from "effect"
 
 import { Conversation, CreateConversation, CreateRun, EventListParams, Run, RunEvent } from "../Domain/Runs.js"
 import { Accepted, List, Single } from "../Kernel/Envelope.js"
@@ -19,6 +19,15 @@ const TerminalRunResponse = Single(Run).pipe(
     encode: (t) => t.run
   }))
 ).annotations(HttpApiSchema.annotations({ status: 200, description: "With `Prefer: wait=N`: the run ended within N seconds" }))
+
+const encodeTerminalRun = Schema.encode(TerminalRunResponse)
+
+/**
+ * The 200 of `Prefer: wait` as a response: the run in its envelope (answered after the admission
+ * committed, instead of the stored 202).
+ */
+export const terminalRunResponse = (run: Run) =>
+  Effect.map(encodeTerminalRun(TerminalRun.make({ run })), (body) => HttpServerResponse.unsafeJson(body, { status: 200 }))
 
 export class ConversationsApi extends HttpApiGroup.make("conversations")
   .add(

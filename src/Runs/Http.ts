@@ -5,7 +5,6 @@ import { Effect } from "effect"
 import { Api } from "../Api.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Runs } from "../Runs.js"
-import { TerminalRun } from "./Api.js"
 
 export const ConversationsLive = HttpApiBuilder.group(Api, "conversations", (handlers) =>
   Effect.map(Runs, (runs) =>
@@ -19,10 +18,7 @@ export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
       .handle(
         "createRun",
         inCell((p, { headers, path, payload }) =>
-          Effect.map(
-            runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"]),
-            (result) => result.terminal ? TerminalRun.make({ run: result.run }) : result.run
-          )
+          runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"])
         )
       )
       .handle("getRun", inCell((p, { path }) => runs.getRun(p, path.run_id)))

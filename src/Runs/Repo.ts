@@ -39,13 +39,6 @@ const make = Effect.gen(function*() {
   const runOfCell = (tenantId: string, environment: string, id: string) =>
     Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment))
 
-  /** The run an idempotent request admitted since `since` (see migration 0008), if any. */
-  const runOfRequest = (tenantId: string, environment: string, ref: string, since: Date) =>
-    sql`SELECT ${runColumns} FROM runs r
-        WHERE r.tenant_id = ${tenantId} AND r.environment = ${environment}
-          AND r.idempotency_ref = ${ref} AND r.created_at > ${since}
-        ORDER BY r.created_at DESC LIMIT 1`.pipe(Rows.first(RunRow))
-
   /** One statement (so one round trip, atomic): the run, its first event and the input item. */
   const admit = (row: Admission) =>
     Effect.gen(function*() {
@@ -53,11 +46,9 @@ const make = Effect.gen(function*() {
       const { admitted } = yield* sql`
         WITH run AS (
           INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
-                            idempotency_ref, status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
+                            status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
           VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                  ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, ${row.idempotency_ref}, 'queued', ${
-        JSON.stringify(row.input)
-      }::jsonb, 1,
+                  ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
                   ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
           ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
           DO NOTHING
@@ -142,8 +133,17 @@ const make = Effect.gen(function*() {
       return Either.right({ status: p.status, events: events as ReadonlyArray<EventRow> })
     }))
 
-  const items = (conversationId: string) =>
-    sql`SELECT item FROM conversation_items WHERE conversation_id = ${conversationId} ORDER BY position`.pipe(
+  const items = (conversationId: string, budgetBytes: number) =>
+    sql`
+      WITH sized AS (
+        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
+        FROM conversation_items WHERE conversation_id = ${conversationId}
+      )
+      SELECT item FROM sized
+      WHERE newer_bytes <= ${budgetBytes}
+         OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
+                         WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')
+      ORDER BY position`.pipe(
       Rows.all(Schema.Struct({ item: Schema.Unknown })),
       Effect.map((rows) => rows.map((r) => r.item))
     )
@@ -169,7 +169,6 @@ const make = Effect.gen(function*() {
     insertConversation,
     run,
     runOfCell,
-    runOfRequest,
     admit,
     commitAll,
     items,

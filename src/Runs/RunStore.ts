@@ -41,7 +41,6 @@ export const RunRow = Schema.Struct({
   agent_revision_id: Schema.String,
   key_id: Schema.String,
   user_id: Schema.NullOr(Schema.String),
-  idempotency_ref: Schema.NullOr(Schema.String),
   status: RunState.RunStatus,
   status_reason: Schema.NullOr(Schema.String),
   input: Schema.NullOr(StoredText),
@@ -111,7 +110,6 @@ export interface Admission {
   readonly agent_revision_id: string
   readonly key_id: string
   readonly user_id: string | null
-  readonly idempotency_ref: string | null
   readonly input: ReadonlyArray<TextContent>
   readonly item: unknown
   readonly created_at: Date
@@ -126,13 +124,6 @@ export interface RunStoreShape {
   ) => Effect.Effect<ConversationRow, SqlError>
   readonly run: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   readonly runOfCell: (tenantId: string, environment: string, id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
-  /** The run an idempotent request (its scope digest) admitted since `since`, if any. */
-  readonly runOfRequest: (
-    tenantId: string,
-    environment: string,
-    ref: string,
-    since: Date
-  ) => Effect.Effect<Option.Option<RunRow>, SqlError>
   /** Admits a run atomically; the id of its `run.queued` event, or none when the conversation has a non-terminal run. */
   readonly admit: (admission: Admission) => Effect.Effect<Option.Option<string>, SqlError>
   /**
@@ -146,8 +137,12 @@ export interface RunStoreShape {
     Either.Either<{ readonly status: RunState.RunStatus; readonly events: ReadonlyArray<EventRow> }, RunState.TransitionRefused>,
     SqlError
   >
-  /** The conversation's items, in order (JSON, decoded by the reader). */
-  readonly items: (conversationId: string) => Effect.Effect<ReadonlyArray<unknown>, SqlError>
+  /**
+   * The conversation's latest items, in order (JSON, decoded by the reader): everything since its
+   * latest user message, and earlier items while their stored size stays within `budgetBytes`, so
+   * a long conversation is sent to the model as a bounded window.
+   */
+  readonly items: (conversationId: string, budgetBytes: number) => Effect.Effect<ReadonlyArray<unknown>, SqlError>
   /** The run and sequence of an event id (for cursors and Last-Event-ID). */
   readonly eventPosition: (
     eventId: string

@@ -61,7 +61,6 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
         agent_revision_id: a.agent_revision_id,
         key_id: a.key_id,
         user_id: a.user_id,
-        idempotency_ref: a.idempotency_ref,
         status: "queued",
         status_reason: null,
         input: a.input,
@@ -144,17 +143,17 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
     run,
     runOfCell: (tenantId, environment, id) =>
       Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment)),
-    runOfRequest: (tenantId, environment, ref, since) =>
-      Effect.sync(() =>
-        Option.fromNullable(
-          [...runs.values()]
-            .filter((r) => r.tenant_id === tenantId && r.environment === environment && r.idempotency_ref === ref && r.created_at > since)
-            .sort((a, b) => b.created_at.getTime() - a.created_at.getTime())[0]
-        )
-      ),
     admit,
     commitAll,
-    items: (conversationId) => Effect.sync(() => [...(items.get(conversationId) ?? [])]),
+    items: (conversationId, budgetBytes) =>
+      Effect.sync(() => {
+        const all = items.get(conversationId) ?? []
+        const lastUser = all.findLastIndex((i) => (i as { type?: unknown })?.type === "user_message")
+        let bytes = 0
+        let from = all.length
+        while (from > 0 && (bytes += JSON.stringify(all[from - 1]).length) <= budgetBytes) from--
+        return all.slice(Math.max(0, Math.min(from, lastUser < 0 ? from : lastUser)))
+      }),
     eventPosition: (eventId) => Effect.sync(() => Option.fromNullable(positions.get(eventId))),
     eventsAfter: (runId, afterSequence, limit) =>
       Effect.sync(() => (events.get(runId) ?? []).filter((e) => e.sequence > afterSequence).slice(0, limit)),

@@ -9,7 +9,7 @@ import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "
 
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
-import * as RateLimiter from "./RateLimiter.js"
+import * as RateLimiter from "../Kernel/RateLimiter.js"
 import type { ActorOptions } from "./RunActor.js"
 
 export interface Cell {
@@ -30,6 +30,9 @@ export interface CellOptions {
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
   /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`). */
   readonly completeCancel: (runId: string) => Effect.Effect<void>
+  /** The unfinished runs of the cell, and how one ends when its environment is deleted (actor stopped). */
+  readonly openRuns: (id: CellId) => Effect.Effect<ReadonlyArray<string>>
+  readonly endForDeletion: (runId: string) => Effect.Effect<void>
 }
 
 /** A defect or failure restarts the actor after a backoff (200 ms doubling, at most 30 s). */
@@ -111,6 +114,12 @@ export const make = (id: CellId, options: CellOptions) =>
             return Effect.zipRight(Effect.sync(() => alarms.delete(command.runId)), startActor(command.runId))
           case "CancelRun":
             return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId))
+          case "EndRuns":
+            return Effect.gen(function*() {
+              alarms.clear()
+              yield* FiberMap.clear(actors)
+              for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId)
+            })
           case "OpenStream":
             return Effect.sync(() => openStream(command.actorId))
           case "CloseStream":

@@ -37,19 +37,27 @@ const make = Effect.gen(function*() {
   const actorContext = yield* Effect.context<
     RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker
   >()
+  /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
+  const endAs = (runId: string, ending: Trigger, unknownReason: string) =>
+    ToolCalls.endUnfinished((...c) => Effect.map(repo.commitAll(runId, c), Either.isRight), runId, ending, unknownReason).pipe(
+      Effect.provide(actorContext),
+      Effect.orDie
+    )
+
   const options: Cell.CellOptions = {
     nextGeneration: (id) => Effect.orDie(platform.nextCellGeneration(id)),
     rateLimit: config.rateLimit,
     runs: config.runs,
     runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
-    completeCancel: (runId) =>
-      ToolCalls.endUnfinished(
-        (...c) => Effect.map(repo.commitAll(runId, c), Either.isRight),
-        runId,
-        Trigger.CompleteCancel(),
-        "cancelled while the write's outcome was unknown"
-      ).pipe(Effect.provide(actorContext), Effect.orDie)
+    completeCancel: (runId) => endAs(runId, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),
+    openRuns: (id) =>
+      Effect.map(
+        Effect.orDie(repo.openRuns),
+        (runs) => runs.filter((r) => r.tenant_id === id.tenantId && r.environment === id.environment).map((r) => r.id)
+      ),
+    endForDeletion: (runId) =>
+      endAs(runId, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown")
   }
 
   const start = (id: CellId) =>

@@ -12,7 +12,8 @@
  *   - running: until min(execution deadline, authorization expiry).
  * A budget that runs out interrupts the work in flight and ends the run `expired`, with the budget
  * as `status_reason`. Before starting and before each model call, the key that created the run is
- * checked again: revoked -> `failed` (`authorization_revoked`).
+ * checked again: revoked -> `failed` (`authorization_revoked`); its environment or tenant being
+ * deleted -> `cancelled` (`environment_deleted`, D19).
  */
 import { Clock, Duration, Effect, Either, Option, Schedule, Schema } from "effect"
 
@@ -20,6 +21,7 @@ import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
+import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
@@ -56,6 +58,23 @@ const earliest = (...candidates: ReadonlyArray<readonly [Date | null, RunState.B
     .filter((c): c is readonly [Date, RunState.Budget] => c[0] !== null)
     .reduce((a, b) => (b[0].getTime() < a[0].getTime() ? b : a))
 
+/**
+ * A window of the conversation starts at a user message: earlier answers or tool results cut off
+ * from the calls that asked for them would confuse the model (and providers refuse them).
+ */
+const fromFirstUserMessage = (items: ReadonlyArray<ConversationItem>) => {
+  const first = items.findIndex((i) => i.type === "user_message")
+  return first <= 0 ? items : items.slice(first)
+}
+
+/** How a run ends when it may no longer act (undefined: it may). */
+export const endingOf = (authorization: "active" | "revoked" | "deleted"): Trigger | undefined =>
+  authorization === "active"
+    ? undefined
+    : authorization === "deleted"
+    ? Trigger.EnvironmentDeleted()
+    : Trigger.Fail({ reason: "authorization_revoked" })
+
 export interface ActorOptions {
   /** The cell's execution slots: a queued run waits for one within its start deadline. */
   readonly slots: Effect.Semaphore
@@ -84,7 +103,8 @@ export const run = (runId: string, options: ActorOptions) =>
     const expire = (budget: RunState.Budget) =>
       ToolCalls.endUnfinished(commit, runId, Trigger.Expire({ budget }), `the ${budget} budget ran out while the outcome was unknown`)
 
-    const revoked = (row: RunRow) => Effect.map(platform.authorizationActive(row), (ok) => !ok)
+    /** The trigger that ends the run when it may no longer act, or undefined when it may. */
+    const unauthorized = (row: RunRow) => Effect.map(platform.authorization(row), endingOf)
 
     // ---- the model calls and what they commit --------------------------------------------------
     /** `checked`: the key was just checked (before the start), which covers the first dispatch. */
@@ -107,15 +127,17 @@ export const run = (runId: string, options: ActorOptions) =>
           tools: offered,
           cellGeneration: options.cellGeneration,
           commit,
-          authorized: Effect.map(revoked(row), (r) => !r),
+          unauthorized: unauthorized(row),
           wakeAt: (at) => options.wakeAt(runId, at)
         }
         for (let i = 0; i < budgets.maxSteps; i++) {
-          if (!(checked && i === 0) && (yield* revoked(row))) {
-            yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+          const ending = checked && i === 0 ? undefined : yield* unauthorized(row)
+          if (ending !== undefined) {
+            yield* commit({ trigger: ending })
             return
           }
-          const decoded = yield* Effect.either(Schema.decodeUnknown(Items)(yield* repo.items(row.conversation_id)))
+          const window = yield* repo.items(row.conversation_id, budgets.contextBytes)
+          const decoded = yield* Effect.either(Effect.map(Schema.decodeUnknown(Items)(window), fromFirstUserMessage))
           if (Either.isLeft(decoded)) {
             yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
             return
@@ -176,6 +198,23 @@ export const run = (runId: string, options: ActorOptions) =>
         output_tokens: result.usage.output_tokens
       }]
       const providerRequestId = result.provider_request_id === undefined ? {} : { provider_request_id: result.provider_request_id }
+      if ((result.text ?? "").length > MAX_RUN_TEXT) {
+        // D19: an answer over the limit ends the run; its usage is still recorded, its text is not kept.
+        return Effect.as(
+          commit({
+            trigger: Trigger.Fail({ reason: "output_too_large" }),
+            data: {
+              error: {
+                type: "output_too_large",
+                message: `The model answered ${(result.text ?? "").length} characters; a run's output holds at most ${MAX_RUN_TEXT}`
+              },
+              ...providerRequestId
+            },
+            usage
+          }),
+          true
+        )
+      }
       if (result._tag === "Final") {
         const content = [{ type: "text" as const, text: result.text }]
         return Effect.as(
@@ -228,8 +267,9 @@ export const run = (runId: string, options: ActorOptions) =>
         const waited = yield* within(deadline, budget, options.slots.take(1))
         if (waited !== "done") return yield* expire(waited)
         yield* Effect.gen(function*() {
-          if (yield* revoked(row)) {
-            yield* commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+          const ending = yield* unauthorized(row)
+          if (ending !== undefined) {
+            yield* commit({ trigger: ending })
             return
           }
           const started = yield* commit({

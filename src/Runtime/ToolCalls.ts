@@ -41,7 +41,8 @@ export interface ToolCallEnv {
   /** Commits to the run; false when the state machine refused (someone else changed the run). */
   readonly commit: (...commits: ReadonlyArray<Commit>) => Effect.Effect<boolean, SqlError>
   /** Whether the run's key and user may still dispatch. */
-  readonly authorized: Effect.Effect<boolean, SqlError>
+  /** The trigger that ends the run when its key, user or environment may no longer act (undefined: go on). */
+  readonly unauthorized: Effect.Effect<Trigger | undefined, SqlError>
   /** Asks the cell to revive the actor at this time (approval expiry). */
   readonly wakeAt: (at: Date) => Effect.Effect<void>
 }
@@ -145,8 +146,9 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
 
     // ---- reads ---------------------------------------------------------------------------
     if (tool.effect === "read") {
-      if (!(yield* env.authorized)) {
-        yield* env.commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+      const ending = yield* env.unauthorized
+      if (ending !== undefined) {
+        yield* env.commit({ trigger: ending })
         return "stop" as Next
       }
       const started = yield* env.commit({
@@ -208,8 +210,9 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     // ---- an approved write: exactly once ---------------------------------------------------
     let operation = yield* operations.operationFor(row.id, call.call_id)
     if (operation === undefined) {
-      if (!(yield* env.authorized)) {
-        yield* env.commit({ trigger: Trigger.Fail({ reason: "authorization_revoked" }) })
+      const ending = yield* env.unauthorized
+      if (ending !== undefined) {
+        yield* env.commit({ trigger: ending })
         return "stop" as Next
       }
       const operationId = yield* makeId("op")

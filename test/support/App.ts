@@ -4,15 +4,14 @@
  * fibers see the test's Clock (TestClock in `it.effect`, the real one in `it.live`).
  */
 import { HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { type SqlClient } from "@effect/sql"
 import { ConfigProvider, Context, Effect, Layer, Option, Redacted } from "effect"
 import * as fs from "node:fs"
-import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { AppConfig, type AppConfigShape, defaultToolConfig } from "../../src/Config/AppConfig.js"
 import { DatabaseLive } from "../../src/Database/Client.js"
+import { ServerLive } from "../../src/Edge/Server.js"
 import { HttpLive } from "../../src/Http.js"
 import { freshDatabase } from "./Database.js"
 
@@ -51,7 +50,7 @@ export const makeTestApp = (overrides: Partial<AppConfigShape> = {}, databaseUrl
       )
       return AppInfo.pipe(
         Layer.provideMerge(HttpLive),
-        Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
+        Layer.provideMerge(ServerLive),
         Layer.provideMerge(DatabaseLive),
         Layer.provideMerge(Layer.succeed(AppConfig, settings))
       )

@@ -6,7 +6,9 @@
 import { SqlClient } from "@effect/sql"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
+import { TestApp } from "./App.js"
 import { provisionSandbox, type Reply } from "./Client.js"
+import { pg } from "./Database.js"
 import { expectErrorCode } from "./Envelopes.js"
 
 /** The key of the idempotency sandboxes: users, service actors, keys. */
@@ -60,3 +62,18 @@ export const count = (table: "users" | "service_actors" | "deletion_jobs", tenan
       Effect.map((rows) => rows[0]!.n),
       Effect.orDie
     ))
+
+/**
+ * Holds the idempotency lock of a scope on a connection of our own to the app's database, as an
+ * in-flight request's transaction would (the same key as src/Edge/IdempotencyRepo.ts: its parts
+ * joined by newlines, hashed by Postgres). `release` ends the connection, as a dying process's does.
+ */
+export const holdScope = (s: { tenantId: string; actor: string; path: string; key: string; method?: string }) =>
+  Effect.gen(function*() {
+    const app = yield* TestApp
+    const holder = new pg.Client({ connectionString: app.databaseUrl })
+    yield* Effect.promise(() => holder.connect())
+    const lockKey = [s.tenantId, "sandbox", s.actor, s.method ?? "POST", s.path, s.key].join("\n")
+    yield* Effect.promise(() => holder.query(`SELECT pg_advisory_lock(hashtextextended('${lockKey.replace(/'/g, "''")}', 0))`))
+    return { release: Effect.promise(() => holder.end()) }
+  })

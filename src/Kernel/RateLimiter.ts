@@ -47,6 +47,8 @@ export interface RateLimitDecision {
 export interface RateLimiter {
   /** Asks for one request's worth of quota; spends it only when allowed. */
   readonly take: Effect.Effect<RateLimitDecision>
+  /** Whether a request would be allowed now, spending nothing. */
+  readonly peek: Effect.Effect<RateLimitDecision>
   readonly policy: RateLimitPolicy
 }
 
@@ -108,7 +110,16 @@ export const make = (policy: RateLimitPolicy): Effect.Effect<RateLimiter> =>
       })
     })
 
-    return { take, policy }
+    /** What `take` would answer now, spending nothing. */
+    const peek = Effect.flatMap(Clock.currentTimeMillis, (millis) => {
+      const now = toUnits(millis)
+      return Effect.map(Ref.get(tatRef), (tat) => {
+        const next = (tat > now ? tat : now) + T
+        return next - now <= tau ? decide(true, tat, now) : decide(false, tat, now)
+      })
+    })
+
+    return { take, peek, policy }
   })
 
 /*

@@ -1,0 +1,19 @@
+/**
+ * String building blocks of request schemas (D19). Names, ids and other single-line strings
+ * refuse control characters (C0, DEL, C1); free text (instructions, run input, descriptions)
+ * may hold tab, LF and CR, which the request pipeline already enforces for every string of a body.
+ */
+import { Schema } from "effect"
+
+const CONTROL = /[\u0000-\u001F\u007F-\u009F]/
+
+/** A string of one line: no control characters at all. */
+export const SingleLine = Schema.String.pipe(
+  Schema.filter((s) => !CONTROL.test(s), {
+    message: () => "must not contain control characters",
+    jsonSchema: { pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]*$" }
+  })
+)
+
+/** An id given as a filter or reference (a query parameter, a body field naming a resource): 1-128 characters, one line. */
+export const RefString = SingleLine.pipe(Schema.minLength(1), Schema.maxLength(128))
