@@ -45,10 +45,17 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
       sql`tenant_id = ${s.tenantId} AND environment = ${s.environment} AND actor = ${s.actor}
           AND method = ${s.method} AND path = ${s.path} AND key = ${s.key}`
 
-    /** Takes the scope's lock for the current transaction; false when another transaction holds it. */
+    /**
+     * Takes the scope's lock for the current transaction; false when another transaction holds it.
+     * The transaction also checks its client every second while a statement runs
+     * (`client_connection_check_interval`, Postgres 14+): if this process dies while a statement
+     * waits (on a row lock, say), Postgres ends the transaction, and releases the lock, within a
+     * second instead of when the wait ends. Idle in a transaction, a dead client is noticed at once.
+     */
     const tryLock = (s: Scope) =>
-      sql`SELECT pg_try_advisory_xact_lock(hashtextextended(${lockKey(s)}, 0)) AS locked`.pipe(
-        Rows.single(Schema.Struct({ locked: Schema.Boolean })),
+      sql`SELECT set_config('client_connection_check_interval', '1000', true) AS checked,
+                 pg_try_advisory_xact_lock(hashtextextended(${lockKey(s)}, 0)) AS locked`.pipe(
+        Rows.single(Schema.Struct({ checked: Schema.String, locked: Schema.Boolean })),
         Effect.map((r) => r.locked)
       )
 
