@@ -15,6 +15,7 @@ import { Deletions } from "../src/Platform/Deletions.js"
 import { loadSettings, makeTestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, type Reply, request } from "./support/Client.js"
 import { expectError, expectSingle } from "./support/Envelopes.js"
+import { captureOutput } from "./support/Output.js"
 
 interface Ids {
   readonly service_actor_id: string
@@ -41,27 +42,6 @@ const count = (table: string, tenantId: string) =>
         Effect.map((rows) => rows[0]!.n),
         Effect.orDie
       )
-  )
-
-/** Records what the process writes to stdout and stderr (still passing it on) while the scope is open. */
-const captureOutput = (into: Array<string>) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const saved = { out: process.stdout.write, err: process.stderr.write }
-      const tap = (original: typeof process.stdout.write) =>
-        function(this: unknown, chunk: unknown, ...rest: Array<unknown>) {
-          into.push(typeof chunk === "string" ? chunk : Buffer.from(chunk as Uint8Array).toString("utf8"))
-          return (original as any).call(this, chunk, ...rest)
-        } as typeof process.stdout.write
-      process.stdout.write = tap(saved.out)
-      process.stderr.write = tap(saved.err)
-      return saved
-    }),
-    (saved) =>
-      Effect.sync(() => {
-        process.stdout.write = saved.out
-        process.stderr.write = saved.err
-      })
   )
 
 /** Apply and approve, without making a key. */

@@ -5,14 +5,23 @@
  * (429) before its key is even looked up, so such requests cannot make the service query Postgres
  * at will. Buckets of addresses idle for a minute are dropped when a new address comes, and at
  * most 100,000 are kept (the least recently used go first).
+ *
+ * A client sharing its address with a noisy one (a NAT, a proxy) keeps working: a credential that
+ * authenticated in the last five minutes (remembered by its SHA-256, at most 10,000) is looked up
+ * even when its address's bucket is empty.
  */
 import { Clock, Effect } from "effect"
+import { createHash } from "node:crypto"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 
 const IDLE_MS = 60_000
 const MAX_ADDRESSES = 100_000
+const VOUCHED_MS = 5 * 60_000
+const MAX_VOUCHED = 10_000
+
+const digest = (credential: string) => createHash("sha256").update(credential).digest("base64url")
 
 export class ClientLimiter extends Effect.Service<ClientLimiter>()("ClientLimiter", {
   effect: Effect.gen(function*() {
@@ -51,9 +60,34 @@ export class ClientLimiter extends Effect.Service<ClientLimiter>()("ClientLimite
     /** A request of the address carried no valid key: it spends one; the decision. */
     const spend = (address: string) => Effect.flatMap(bucketOf(address), (limiter) => limiter.take)
 
+    // Credentials that authenticated lately (digest -> when), in least-recently-vouched order.
+    const vouched = new Map<string, number>()
+
+    /** The credential authenticated: remember it for five minutes. */
+    const vouch = (credential: string) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const d = digest(credential)
+        vouched.delete(d)
+        vouched.set(d, now)
+        for (const [old, at] of vouched) {
+          if (vouched.size <= MAX_VOUCHED && now - at <= VOUCHED_MS) break
+          vouched.delete(old)
+        }
+      })
+
+    /** Whether the credential authenticated in the last five minutes. */
+    const known = (credential: string | undefined) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        if (credential === undefined) return false
+        const at = vouched.get(digest(credential))
+        return at !== undefined && now - at <= VOUCHED_MS
+      })
+
     return {
       refused,
       spend,
+      vouch,
+      known,
       policyHeader: RateLimiter.policyHeader(policy),
       stateHeader: RateLimiter.stateHeader
     } as const

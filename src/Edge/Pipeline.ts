@@ -205,11 +205,13 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
         message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
       })
     }
+    const credential = request.headers["authorization"]
     const exhausted = yield* clients.refused(address)
-    if (exhausted !== undefined) return yield* refusedClient(exhausted)
-    const principal = yield* auth.authenticate(request.headers["authorization"]).pipe(
+    if (exhausted !== undefined && !(yield* clients.known(credential))) return yield* refusedClient(exhausted)
+    const principal = yield* auth.authenticate(credential).pipe(
       Effect.tapError(() => clients.spend(address))
     )
+    if (credential !== undefined) yield* clients.vouch(credential)
     state.principal = principal
 
     const rate = yield* cells.send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
