@@ -44,9 +44,7 @@ describe("Idempotency over HTTP: replay", () => {
         actor: `api_key:${sb.keyId}`,
         method: "POST",
         path: `${sb.P}/users`,
-        state: "completed",
-        status: 201,
-        locked_until: null
+        status: 201
       })
       expect(row!.body).toBe(JSON.stringify(redactSecrets(JSON.parse(first.text))))
       expect(row!.body).toBe(first.text)
@@ -107,9 +105,9 @@ describe("Idempotency over HTTP: replay", () => {
       expectReplayOf(missingAgain, missing)
 
       const rows = yield* idemRows({ tenantId: sb.tenantId })
-      expect(rows.filter((r) => r.key === "k-dup" || r.key === "k-404").map((r) => [r.key, r.status, r.state]).sort()).toEqual([
-        ["k-404", 404, "completed"],
-        ["k-dup", 409, "completed"]
+      expect(rows.filter((r) => r.key === "k-dup" || r.key === "k-404").map((r) => [r.key, r.status]).sort()).toEqual([
+        ["k-404", 404],
+        ["k-dup", 409]
       ])
       expect(yield* count("users", sb.tenantId)).toBe(1)
     }).pipe(Effect.provide(makeTestApp())))

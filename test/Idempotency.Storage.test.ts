@@ -173,10 +173,10 @@ describe("Idempotency: the 7-day replay window (TestClock)", () => {
         const first = yield* request("POST", `${sb.P}/service-actors`, { key: sb.key, body: { name: "swept" }, idempotencyKey: "k-sweep" })
         expect(first.status).toBe(201)
         // a record that leaves its window after 1 day: shows when a sweep has run
-        yield* sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
+        yield* sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint,
                                                  status, headers, body, created_at, expires_at)
                    VALUES (${sb.tenantId}, 'sandbox', ${`api_key:${sb.keyId}`}, 'POST', ${`${sb.P}/service-actors`},
-                           'k-canary', 'x', 'completed', 201, '{}'::jsonb, '{}', ${new Date(t0)},
+                           'k-canary', 'x', 201, '{}'::jsonb, '{}', ${new Date(t0)},
                            ${new Date(t0 + DAY * 1000)})`.pipe(Effect.orDie)
         const keys = Effect.map(idemRows({ tenantId: sb.tenantId }), (rows) => rows.map((r) => r.key).sort())
 

@@ -29,9 +29,7 @@ export const ApprovalRow = Schema.Struct({
   decided_by: Schema.NullOr(UserRef),
   created_at: Rows.Time,
   expires_at: Rows.Time,
-  decided_at: Rows.TimeOrNull,
-  /** digest of the idempotency scope of the request that decided it (migration 0008) */
-  decided_ref: Schema.NullOr(Schema.String)
+  decided_at: Rows.TimeOrNull
 })
 export type ApprovalRow = typeof ApprovalRow.Type
 
@@ -52,7 +50,7 @@ export const toApproval = (r: ApprovalRow): Approval => ({
   decided_at: r.decided_at === null ? null : toIso(r.decided_at)
 })
 
-export type NewApproval = Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at" | "decided_ref">
+export type NewApproval = Omit<ApprovalRow, "status" | "reason" | "decided_by" | "decided_at">
 
 export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRepo", {
   effect: Effect.gen(function*() {

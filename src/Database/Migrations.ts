@@ -15,6 +15,7 @@ import eventPayloads from "./migrations/0006_event_payloads.js"
 import tools from "./migrations/0007_tools.js"
 import requestRefs from "./migrations/0008_request_refs.js"
 import usedAssertions from "./migrations/0009_used_assertions.js"
+import atomicIdempotency from "./migrations/0010_atomic_idempotency.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -28,7 +29,8 @@ export const loader = Migrator.fromRecord({
   "0006_event_payloads": eventPayloads,
   "0007_tools": tools,
   "0008_request_refs": requestRefs,
-  "0009_used_assertions": usedAssertions
+  "0009_used_assertions": usedAssertions,
+  "0010_atomic_idempotency": atomicIdempotency
 })
 
 const migrate = Migrator.make({})

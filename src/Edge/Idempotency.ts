@@ -75,13 +75,13 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         const row = yield* repo.find(s)
         if (row === undefined) return Option.none()
         const now = yield* Clock.currentTimeMillis
-        if (row.expires_at.getTime() <= now || row.state !== "completed" || row.status === null) {
-          // Outside the replay window (or a reservation of an earlier version): it no longer exists.
+        if (row.expires_at.getTime() <= now) {
+          // Outside the replay window: it no longer exists.
           yield* repo.remove(s)
           return Option.none()
         }
         if (row.fingerprint !== fp) return yield* reused
-        return Option.some({ status: row.status, headers: row.headers ?? {}, body: row.body ?? "" })
+        return Option.some({ status: row.status, headers: row.headers, body: row.body })
       }).pipe(Effect.orDie, Effect.withSpan("Idempotency.check"))
 
     /** Stores the response, in the request's transaction. */

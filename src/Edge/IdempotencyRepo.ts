@@ -26,10 +26,9 @@ export interface StoredResponse {
 
 export const RecordRow = Schema.Struct({
   fingerprint: Schema.String,
-  state: Schema.String,
-  status: Schema.NullOr(Schema.Number),
-  headers: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
-  body: Schema.NullOr(Schema.String),
+  status: Schema.Number,
+  headers: Schema.Record({ key: Schema.String, value: Schema.String }),
+  body: Schema.String,
   expires_at: Rows.Time
 })
 export type RecordRow = typeof RecordRow.Type
@@ -60,23 +59,23 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
       )
 
     const find = (s: Scope) =>
-      sql`SELECT fingerprint, state, status, headers, body, expires_at FROM idempotency_keys WHERE ${where(s)}`
+      sql`SELECT fingerprint, status, headers, body, expires_at FROM idempotency_keys WHERE ${where(s)}`
         .pipe(Rows.maybe(RecordRow))
 
     const remove = (s: Scope) => sql`DELETE FROM idempotency_keys WHERE ${where(s)}`.pipe(Rows.none)
 
     const insert = (s: Scope, fingerprint: string, response: StoredResponse, at: Date, expiresAt: Date) =>
-      sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint, state,
-                                        locked_until, status, headers, body, created_at, expires_at)
+      sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint,
+                                        status, headers, body, created_at, expires_at)
           VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fingerprint},
-                  'completed', NULL, ${response.status}, ${JSON.stringify(response.headers)}::jsonb, ${response.body},
+                  ${response.status}, ${JSON.stringify(response.headers)}::jsonb, ${response.body},
                   ${at}, ${expiresAt})`.pipe(Rows.none)
 
     /** The stored response becomes `response` (a `Prefer: wait` request that ended with the run). */
     const replace = (s: Scope, response: StoredResponse) =>
       sql`UPDATE idempotency_keys SET status = ${response.status}, headers = ${JSON.stringify(response.headers)}::jsonb,
                                       body = ${response.body}
-          WHERE ${where(s)} AND state = 'completed'`.pipe(Rows.none)
+          WHERE ${where(s)}`.pipe(Rows.none)
 
     /** Deletes records past the replay window; how many. */
     const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))

@@ -44,12 +44,10 @@ export const idemRows = (where: { tenantId?: string; key?: string } = {}) =>
       method: string
       path: string
       key: string
-      state: string
-      status: number | null
-      body: string | null
-      headers: Record<string, string> | null
-      locked_until: Date | null
-    }>`SELECT actor, method, path, key, state, status, body, headers, locked_until FROM idempotency_keys
+      status: number
+      body: string
+      headers: Record<string, string>
+    }>`SELECT actor, method, path, key, status, body, headers FROM idempotency_keys
        WHERE (${where.tenantId ?? null}::text IS NULL OR tenant_id = ${where.tenantId ?? null})
          AND (${where.key ?? null}::text IS NULL OR key = ${where.key ?? null})`.pipe(Effect.orDie))
 
