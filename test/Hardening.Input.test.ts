@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import * as net from "node:net"
 
 import { defaultEdgeConfig } from "../src/Config/AppConfig.js"
+import { LINGER } from "../src/Edge/Hygiene.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { provisionSandbox, request } from "./support/Client.js"
 import { expectErrorCode } from "./support/Envelopes.js"
@@ -16,8 +17,11 @@ import { count, IDEMPOTENCY_SCOPES, idemRows } from "./support/Idempotency.js"
 
 const MiB = 1024 * 1024
 
-/** A raw HTTP/1.1 exchange: what the server answered (status line, headers, body) and when the socket closed. */
-const raw = (port: number, send: (socket: net.Socket) => void, timeoutMs = 15_000) =>
+/**
+ * A raw HTTP/1.1 exchange: what the server answered (status line, headers, body) and when the
+ * socket closed; with `firstAnswer`, done as soon as one whole answer has come (keep-alive).
+ */
+const raw = (port: number, send: (socket: net.Socket) => void, timeoutMs = 15_000, firstAnswer = false) =>
   Effect.promise(() =>
     new Promise<{ status: number; head: string; body: string; closed: boolean; ms: number }>((resolve) => {
       const started = Date.now()
@@ -33,7 +37,11 @@ const raw = (port: number, send: (socket: net.Socket) => void, timeoutMs = 15_00
         resolve({ status, head, body, closed, ms: Date.now() - started })
       }
       socket.setEncoding("latin1")
-      socket.on("data", (chunk) => (data += chunk))
+      socket.on("data", (chunk) => {
+        data += chunk
+        const length = Number(data.match(/\r\ncontent-length: (\d+)/i)?.[1] ?? NaN)
+        if (firstAnswer && data.includes("\r\n\r\n") && data.split("\r\n\r\n", 2)[1]!.length >= length) finish(false)
+      })
       socket.on("error", () => finish(true))
       socket.on("close", () => finish(true))
       socket.on("connect", () => send(socket))
@@ -44,7 +52,7 @@ const raw = (port: number, send: (socket: net.Socket) => void, timeoutMs = 15_00
 const portOf = Effect.map(TestApp, (app) => Number(new URL(app.baseUrl).port))
 
 describe("request bodies over the limit (D19, finding 1)", () => {
-  it.live("a declared 50 MB body is 400 body_too_large before it is sent, with a small envelope, and the connection closes", () =>
+  it.live("a declared 50 MB body is 400 body_too_large before it is sent, with a small envelope; a client that stops sending is closed after the linger", () =>
     Effect.gen(function*() {
       const sb = yield* provisionSandbox(IDEMPOTENCY_SCOPES)
       const port = yield* portOf
@@ -56,13 +64,57 @@ describe("request bodies over the limit (D19, finding 1)", () => {
         socket.write(`{"external_id":"${"a".repeat(64 * 1024)}`) // a little of it, then nothing more
       })
       expect(res.status).toBe(400)
-      expect(res.head.toLowerCase()).toContain("connection: close")
       expect(res.body.length).toBeLessThan(1024)
       const body = JSON.parse(res.body)
       expect(body.error).toMatchObject({ type: "invalid_request", code: "body_too_large" })
       expect(res.head).toContain(`x-request-id: ${body.request_id}`)
       expect(res.closed).toBe(true)
+      expect(res.ms).toBeLessThan(LINGER.ms + LINGER.closeAfterMs + 2_000)
       expect(yield* idemRows({ tenantId: sb.tenantId, key: "big-1" })).toEqual([])
+      expect(yield* count("users", sb.tenantId)).toBe(0)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("clients sending whole oversized bodies all read the 400 (no reset), and a connection whose body was drained serves the next request", () =>
+    Effect.gen(function*() {
+      const sb = yield* provisionSandbox(IDEMPOTENCY_SCOPES)
+      const port = yield* portOf
+      const head = (key: string, size: number) =>
+        `POST ${sb.P}/users HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${sb.key}\r\n` +
+        `Idempotency-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: ${size}\r\n\r\n`
+      const sendAll = (socket: net.Socket, size: number) => {
+        const chunk = Buffer.alloc(64 * 1024, "a")
+        const next = (sent: number): void => {
+          if (sent >= size || socket.destroyed) return
+          const piece = sent + chunk.length > size ? chunk.subarray(0, size - sent) : chunk
+          if (socket.write(piece)) next(sent + piece.length)
+          else socket.once("drain", () => next(sent + piece.length))
+        }
+        next(0)
+      }
+      // 16 at once, 8 MB each, sent whole (before the linger, every one of them lost answers to resets)
+      const answers = yield* Effect.all(
+        Array.from({ length: 16 }, (_, i) =>
+          raw(
+            port,
+            (socket) => {
+              socket.write(head(`big-all-${i}`, 8 * 1000 * 1000))
+              sendAll(socket, 8 * 1000 * 1000)
+            },
+            15_000,
+            true
+          )),
+        { concurrency: "unbounded" }
+      )
+      expect(answers.map((a) => a.status)).toEqual(answers.map(() => 400))
+      for (const a of answers) expect(JSON.parse(a.body).error.code).toBe("body_too_large")
+      // a 2 MB body is drained; the same connection then answers a second request
+      const both = yield* raw(port, (socket) => {
+        socket.write(head("big-then", 2 * 1000 * 1000))
+        socket.write(Buffer.alloc(2 * 1000 * 1000, "a"))
+        socket.write("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+      })
+      expect(both.status).toBe(400)
+      expect(both.body).toMatch(/HTTP\/1\.1 200/)
       expect(yield* count("users", sb.tenantId)).toBe(0)
     }).pipe(Effect.provide(makeTestApp())))
 
@@ -71,19 +123,24 @@ describe("request bodies over the limit (D19, finding 1)", () => {
       const sb = yield* provisionSandbox(IDEMPOTENCY_SCOPES)
       const port = yield* portOf
       const chunked = (size: number, key: string) =>
-        raw(port, (socket) => {
-          socket.write(
-            `POST ${sb.P}/users HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${sb.key}\r\n` +
-              `Idempotency-Key: ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`
-          )
-          const body = `{"external_id":"x","display_name":"${"d".repeat(size - 37)}"}`
-          expect(Buffer.byteLength(body)).toBe(size)
-          for (let i = 0; i < body.length; i += 64 * 1024) {
-            const part = body.slice(i, i + 64 * 1024)
-            socket.write(`${part.length.toString(16)}\r\n${part}\r\n`)
-          }
-          socket.write("0\r\n\r\n")
-        })
+        raw(
+          port,
+          (socket) => {
+            socket.write(
+              `POST ${sb.P}/users HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${sb.key}\r\n` +
+                `Idempotency-Key: ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`
+            )
+            const body = `{"external_id":"x","display_name":"${"d".repeat(size - 37)}"}`
+            expect(Buffer.byteLength(body)).toBe(size)
+            for (let i = 0; i < body.length; i += 64 * 1024) {
+              const part = body.slice(i, i + 64 * 1024)
+              socket.write(`${part.length.toString(16)}\r\n${part}\r\n`)
+            }
+            socket.write("0\r\n\r\n")
+          },
+          15_000,
+          true
+        )
       const over = yield* chunked(MiB + 1, "chunk-over")
       expect(over.status).toBe(400)
       expect(JSON.parse(over.body).error.code).toBe("body_too_large")

@@ -1,15 +1,19 @@
 /**
  * Hostile and oversized input (D19), refused at the edge before anything else reads it, for every
  * `/v1` operation now and later:
- *   - a body larger than the limit (1 MiB) is 400 `body_too_large`, answered without reading the
+ *   - a body larger than the limit (1 MiB) is 400 `body_too_large`, answered without keeping the
  *     rest: a declared `Content-Length` over it is refused at once, a chunked body when it passes
- *     it; either way the connection is closed after the answer (`Connection: close`);
+ *     it. The rest is read and thrown away (`linger`) so the client, still sending, reads the 400
+ *     rather than a reset connection;
  *   - a body that is not valid UTF-8, JSON nested deeper than 64 levels (the top-level value is
  *     level 1), U+0000 or a lone surrogate in any string or key, or a control character below
  *     U+0020 other than tab, LF and CR (names and other single-line fields refuse those too, in
  *     their schemas) is 400 `invalid_request` naming where;
  *   - U+0000, other control characters and malformed percent-encoding in the path or the query are
- *     400 `invalid_request`.
+ *     400 `invalid_request`;
+ *   - a body sent as anything but JSON (`Content-Type` other than `application/json`, or a
+ *     charset other than UTF-8) is 400 `unsupported_content_type` before it is read; no
+ *     `Content-Type` means JSON.
  * The body is read here once, checked, and handed to the HttpApi as the request's text.
  */
 import { type HttpServerRequest } from "@effect/platform"
@@ -37,9 +41,48 @@ const describeChar = (text: string, forbidden: RegExp) => {
   return code >= 0xd800 && code <= 0xdfff ? "a lone surrogate" : `U+${code.toString(16).toUpperCase().padStart(4, "0")}`
 }
 
+/** How long, and how much, of a refused body is read and thrown away before the connection closes. */
+export const LINGER = { ms: 2_000, bytes: 64 * 1024 * 1024, closeAfterMs: 1_000 }
+
+/**
+ * A lingering close (as nginx's `lingering_close`) for a refused body: closing a socket while input
+ * is unread resets the connection, and a client still sending the body would lose the 400 already
+ * on its way. So the rest of the body is read and discarded: when it ends within `LINGER.ms` and
+ * `LINGER.bytes`, the connection stays usable (keep-alive); otherwise, once the answer is written,
+ * the server half-closes (the client reads the 400, then end of stream), keeps discarding, and
+ * closes `LINGER.closeAfterMs` later. Memory stays flat: nothing read is kept.
+ */
+const linger = (request: HttpServerRequest.HttpServerRequest) => {
+  const source = NodeHttpServerRequest.toIncomingMessage(request)
+  const response = NodeHttpServerRequest.toServerResponse(request)
+  let read = 0
+  let cut = false
+  const cutOff = () => {
+    if (cut || source.complete) return
+    cut = true
+    clearTimeout(timer)
+    const close = () => {
+      const socket = source.socket
+      socket.end()
+      setTimeout(() => socket.destroy(), LINGER.closeAfterMs).unref()
+    }
+    if (response.writableFinished) close()
+    else response.once("finish", close).once("close", close)
+  }
+  const timer = setTimeout(cutOff, LINGER.ms)
+  timer.unref()
+  source.on("data", (chunk: Buffer) => {
+    read += chunk.length
+    if (read > LINGER.bytes) cutOff()
+  })
+  source.once("end", () => clearTimeout(timer))
+  source.once("close", () => clearTimeout(timer))
+  source.resume()
+}
+
 /**
  * Reads the body of `request` up to `limit` bytes. `undefined` when it is larger: the reading
- * stopped at the limit and the rest is never read (the answer closes the connection).
+ * stopped at the limit, and the rest is discarded (`linger`).
  */
 const readLimited = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
   Effect.async<Buffer | undefined, InvalidRequest>((resume) => {
@@ -55,7 +98,7 @@ const readLimited = (request: HttpServerRequest.HttpServerRequest, limit: number
       size += chunk.length
       if (size > limit) {
         done()
-        source.pause()
+        linger(request)
         return resume(Effect.succeed(undefined))
       }
       chunks.push(chunk)
@@ -114,6 +157,13 @@ const badString = (value: unknown, path: Array<string | number>): { path: Array<
   return undefined
 }
 
+/** `application/json` in UTF-8 (no charset, or `utf-8`). */
+const isJson = (contentType: string) => {
+  const [type = "", ...parameters] = contentType.toLowerCase().split(";").map((s) => s.trim())
+  if (type !== "application/json") return false
+  return parameters.every((p) => !p.startsWith("charset=") || /^charset="?utf-?8"?$/.test(p))
+}
+
 const at = (path: Array<string | number>) => path.map(String).join(".")
 
 /**
@@ -122,8 +172,19 @@ const at = (path: Array<string | number>) => path.map(String).join(".")
  */
 export const checkedBody = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
   Effect.gen(function*() {
+    const contentType = request.headers["content-type"]
+    if (contentType !== undefined && !isJson(contentType)) {
+      return yield* new InvalidRequest({
+        code: "unsupported_content_type",
+        message: "Send the request body as JSON, with `Content-Type: application/json`",
+        param: "Content-Type"
+      })
+    }
     const declared = request.headers["content-length"]
-    if (declared !== undefined && Number(declared) > limit) return yield* tooLarge(limit)
+    if (declared !== undefined && Number(declared) > limit) {
+      linger(request)
+      return yield* tooLarge(limit)
+    }
     const bytes = yield* readLimited(request, limit)
     if (bytes === undefined) return yield* tooLarge(limit)
     let text: string

@@ -242,9 +242,7 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
         param: "Idempotency-Key"
       })
     }
-    const body = yield* checkedBody(request, config.edge.bodyLimitBytes).pipe(
-      Effect.tapError((e) => Effect.sync(() => e.code === "body_too_large" && (state.headers["connection"] = "close")))
-    )
+    const body = yield* checkedBody(request, config.edge.bodyLimitBytes)
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
