@@ -1,8 +1,8 @@
 /**
  * Idempotency (D5, D19), in Postgres, atomic with the mutation: the request pipeline runs a
- * mutation in one transaction, in which the handler's gate (`check`) takes the scope's advisory
- * lock (a concurrent duplicate gets 409 `idempotency_key_in_use`) and looks for a stored response
- * (replayed as it was; a changed payload is 409 `idempotency_key_reused`), and the pipeline stores
+ * mutation in one transaction, in which the handler's gate (`check`) looks for a stored response
+ * (replayed as it was; a changed payload is 409 `idempotency_key_reused`) and otherwise takes the
+ * scope's advisory lock (a concurrent duplicate gets 409 `idempotency_key_in_use`), and the pipeline stores
  * the response (`store`) before the commit. So a crash leaves either nothing (a retry executes
  * once) or the effect with its response (a retry replays it), and a dead holder's lock goes with
  * its connection: no reservation outlives a process. 2xx, 404, 409 and 410 are stored for the
@@ -66,22 +66,23 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
     const config = yield* AppConfig
 
     /**
-     * The gate, inside the request's transaction: hold the scope (409 while another request with
-     * it is in flight), then the stored response to replay, or none to execute.
+     * The gate, inside the request's transaction: the stored response to replay (any number of
+     * retries of a finished request replay it at once, side by side), or none to execute, holding
+     * the scope; 409 while another request with the scope is in flight and nothing is stored yet.
      */
     const check = (s: Scope, fp: string): Effect.Effect<Option.Option<StoredResponse>, Conflict> =>
       Effect.gen(function*() {
-        if (!(yield* repo.tryLock(s))) return yield* inUse
+        const locked = yield* repo.tryLock(s)
         const row = yield* repo.find(s)
-        if (row === undefined) return Option.none()
         const now = yield* Clock.currentTimeMillis
-        if (row.expires_at.getTime() <= now) {
-          // Outside the replay window: it no longer exists.
-          yield* repo.remove(s)
-          return Option.none()
+        // Outside the replay window a record no longer exists.
+        if (row !== undefined && row.expires_at.getTime() > now) {
+          if (row.fingerprint !== fp) return yield* reused
+          return Option.some({ status: row.status, headers: row.headers, body: row.body })
         }
-        if (row.fingerprint !== fp) return yield* reused
-        return Option.some({ status: row.status, headers: row.headers, body: row.body })
+        if (!locked) return yield* inUse
+        if (row !== undefined) yield* repo.remove(s)
+        return Option.none()
       }).pipe(Effect.orDie, Effect.withSpan("Idempotency.check"))
 
     /** Stores the response, in the request's transaction. */
