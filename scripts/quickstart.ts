@@ -6,17 +6,20 @@
  *   npm run quickstart                      # against the server of `npm start` (same DATA_DIR)
  *
  * With AGENT_PLATFORM_KEY, TENANT_ID, WORKSPACE_ID and AGENT_REVISION_ID set (the key and the
- * quickstart ids a console shows), it does only the customer's part. Without them, it first plays
- * the console: with the operator token (OPERATOR_TOKEN, else DATA_DIR/operator-token) it applies
- * for a pilot, approves it, makes the first key and reads the quickstart ids.
- * AGENT_PLATFORM_URL defaults to http://127.0.0.1:$PORT (8080). Exits 1 unless the run succeeded.
+ * quickstart ids a console shows), it does only the customer's part. Otherwise it uses the sandbox
+ * `npm run operator -- provision-sandbox` made last (DATA_DIR/sandbox.json), and without one it
+ * first plays the console: with the operator token (OPERATOR_TOKEN, else DATA_DIR/operator-token)
+ * it applies for a pilot, approves it, makes the first key and reads the quickstart ids.
+ * AGENT_PLATFORM_URL defaults to the service running on DATA_DIR (DATA_DIR/service.json), else
+ * http://127.0.0.1:$PORT (8080). Exits 1 unless the run succeeded.
  */
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { dataDirOf, readSandboxFile, serviceUrl } from "../src/Operator/LocalFiles.js"
 import { forEachRunEvent } from "./lib/RunEvents.js"
 
-const base = process.env.AGENT_PLATFORM_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`
+const base = serviceUrl(process.env.AGENT_PLATFORM_URL)
 
 const fail = (message: string): never => {
   console.error(message)
@@ -48,7 +51,7 @@ interface Customer {
 
 /** The console's part (operator plane): only when the customer's ids are not given. */
 const playConsole = async (): Promise<Customer> => {
-  const tokenFile = path.join(process.env.DATA_DIR ?? "./.data", "operator-token")
+  const tokenFile = path.join(dataDirOf(), "operator-token")
   const token = process.env.OPERATOR_TOKEN || (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : "")
   if (!token) fail("Set AGENT_PLATFORM_KEY, TENANT_ID, WORKSPACE_ID, AGENT_REVISION_ID, or OPERATOR_TOKEN / DATA_DIR")
   console.log("console: applying for a pilot, approving it, creating the first key")
@@ -61,6 +64,14 @@ const playConsole = async (): Promise<Customer> => {
   const key = await call("POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, token, { name: "first key" })
   const quickstart = await call("GET", `/operator/v1/tenants/${tenantId}/environments/sandbox/quickstart`, token)
   return { key: key.json.secret, tenantId, workspaceId: quickstart.json.workspace_id, revisionId: quickstart.json.agent_revision_id }
+}
+
+/** The sandbox `provision-sandbox` made on this DATA_DIR for this service, if any. */
+const provisioned = (): Customer | undefined => {
+  const sandbox = readSandboxFile(dataDirOf(), base)
+  if (sandbox === undefined) return undefined
+  console.log(`using the sandbox provision-sandbox made (tenant ${sandbox.tenant_id}, ${dataDirOf()}/sandbox.json)`)
+  return { key: sandbox.api_key, tenantId: sandbox.tenant_id, workspaceId: sandbox.workspace_id, revisionId: sandbox.agent_revision_id }
 }
 
 /** Prints the events of the SSE stream until it ends (after the terminal event). */
@@ -82,7 +93,7 @@ const main = async () => {
       workspaceId: process.env.WORKSPACE_ID ?? fail("WORKSPACE_ID is required with AGENT_PLATFORM_KEY"),
       revisionId: process.env.AGENT_REVISION_ID ?? fail("AGENT_REVISION_ID is required with AGENT_PLATFORM_KEY")
     }
-    : await playConsole()
+    : provisioned() ?? await playConsole()
   const P = `/v1/tenants/${customer.tenantId}/environments/sandbox`
   const conversation = await call("POST", `${P}/conversations`, customer.key, {
     workspace_id: customer.workspaceId,

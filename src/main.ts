@@ -5,16 +5,17 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
-import { Config, Console, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { Cause, Config, Console, Effect, Exit, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 
 import { AppConfig } from "./Config/AppConfig.js"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { isLostConnection } from "./Database/Defects.js"
 import { ServerLive } from "./Edge/Server.js"
 import { HttpLive } from "./Http.js"
+import { localUrl, removeServiceFile, writeServiceFile } from "./Operator/LocalFiles.js"
 import { OperatorToken } from "./Operator/Token.js"
 
-const Announce = Layer.effectDiscard(
+const Announce = Layer.scopedDiscard(
   Effect.gen(function*() {
     const server = yield* HttpServer.HttpServer
     const config = yield* AppConfig
@@ -31,11 +32,30 @@ const Announce = Layer.effectDiscard(
     } else {
       yield* Effect.logInfo("operator token: from OPERATOR_TOKEN")
     }
+    // The address for the CLI and quickstart in a second terminal (removed when the service stops).
+    if (server.address._tag === "TcpAddress") {
+      const url = localUrl(server.address.hostname, server.address.port)
+      yield* Effect.acquireRelease(
+        Effect.sync(() => writeServiceFile(config.dataDir, url)),
+        () => Effect.sync(() => removeServiceFile(config.dataDir))
+      ).pipe(Effect.catchAllDefect((e) => Effect.logWarning(`DATA_DIR/service.json not written: ${String(e)}`)))
+    }
+    // Shutdown, logged: finalizers run in reverse, so this one runs first, before the server closes.
+    yield* Effect.addFinalizer(() => Effect.logInfo("Agent Platform shutting down: no new connections, in-flight requests finish"))
     // Last, so whoever waits for this line has seen everything printed before it.
     yield* Effect.logInfo(`Agent Platform listening on ${address}`).pipe(
       Effect.annotateLogs({ public_base_url: Option.getOrElse(config.publicBaseUrl, () => address) })
     )
   })
+)
+
+/** Logged when everything has stopped (acquired first, so released last). */
+const Stopped = Layer.scopedDiscard(
+  Effect.addFinalizer((exit) =>
+    Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
+      ? Effect.logError("Agent Platform stopped after a failure", exit.cause)
+      : Effect.logInfo("Agent Platform stopped")
+  )
 )
 
 const LogLevelLive = Layer.unwrapEffect(
@@ -49,6 +69,7 @@ export const MainLive = Announce.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provide(ServerLive),
   Layer.provideMerge(DatabaseLive),
+  Layer.provideMerge(Stopped),
   Layer.provide(AppConfig.layer),
   Layer.provide(LogLevelLive)
 )

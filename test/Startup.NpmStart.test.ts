@@ -131,6 +131,9 @@ const stopService = async (
     })
   ])
   expect(result, service.output()).toEqual({ code: 0, signal: null })
+  // shutdown is logged, and the address file for the CLI goes with the service
+  expect(service.output()).toMatch(/Agent Platform shutting down[\s\S]*Agent Platform stopped/)
+  expect(fs.existsSync(path.join(dataDir, "service.json"))).toBe(false)
   expect(isRunning(pid)).toBe(false)
   expect(isRunning(postmaster)).toBe(false)
   expect(fs.existsSync(path.join(dataDir, "pg", "postmaster.pid"))).toBe(false)
@@ -229,6 +232,9 @@ describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
     expect((await http(service, "GET", "/healthz")).status).toBe(200)
     expect((await http(service, "GET", "/readyz")).status).toBe(200)
     expect((await http(service, "GET", "/operator/v1/pilot-applications/pilot_x", "op_wrong")).status).toBe(401)
+    // where a second terminal (the operator CLI, npm run quickstart) finds it without PORT
+    const serviceFile = JSON.parse(fs.readFileSync(path.join(dataDir, "service.json"), "utf8"))
+    expect(serviceFile).toMatchObject({ url: service.baseUrl, pid: servicePid(dataDir) })
 
     const created = await http(service, "POST", "/operator/v1/pilot-applications", token, {
       organization_name: "Persisted Org",

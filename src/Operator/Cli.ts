@@ -12,22 +12,27 @@ import { Args, Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Option } from "effect"
 
+import { dataDirOf, serviceUrl, writeSandboxFile } from "./LocalFiles.js"
 import { readTokenFile } from "./Token.js"
 
 const url = Options.text("url").pipe(
-  Options.withDescription("Base URL of the running server (default: OPERATOR_URL or http://127.0.0.1:$PORT)"),
+  Options.withDescription(
+    "Base URL of the running server (default: OPERATOR_URL, else the service running on DATA_DIR (its service.json), else http://127.0.0.1:$PORT)"
+  ),
   Options.optional
 )
 
 class CliError extends Error {}
 
+const rootOf = (base: Option.Option<string>) => serviceUrl(Option.getOrUndefined(base) ?? process.env.OPERATOR_URL)
+
 const call = (base: Option.Option<string>, method: string, path: string, body?: unknown) =>
   Effect.gen(function*() {
-    const root = Option.getOrElse(base, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)
+    const root = rootOf(base)
     const envToken = process.env.OPERATOR_TOKEN
     const token = envToken && envToken.length > 0
       ? envToken
-      : Option.getOrElse(yield* readTokenFile(process.env.DATA_DIR ?? "./.data"), () => "")
+      : Option.getOrElse(yield* readTokenFile(dataDirOf()), () => "")
     if (token === "") {
       return yield* Effect.fail(new CliError("No operator token: set OPERATOR_TOKEN or DATA_DIR (where the server stored operator-token)"))
     }
@@ -109,10 +114,19 @@ const provisionSandbox = Command.make("provision-sandbox", { url, organization, 
       api_key: key,
       quickstart: ids
     })
+    // For `npm run quickstart` in this DATA_DIR (mode 0600, as the operator token).
+    yield* Effect.sync(() =>
+      writeSandboxFile(dataDirOf(), {
+        url: rootOf(o.url),
+        tenant_id: approval.tenant_id,
+        api_key: key.secret,
+        workspace_id: ids.workspace_id,
+        agent_revision_id: ids.agent_revision_id
+      })
+    )
     yield* Console.error(
-      `\nThe key secret is shown once. Try:\n  curl -H "Authorization: Bearer ${key.secret}" ${
-        Option.getOrElse(o.url, () => process.env.OPERATOR_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`)
-      }/v1/tenants`
+      `\nThe key secret is shown once (also kept in ${dataDirOf()}/sandbox.json for npm run quickstart). Try:\n` +
+        `  curl -H "Authorization: Bearer ${key.secret}" ${rootOf(o.url)}/v1/tenants`
     )
   }))
 

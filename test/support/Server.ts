@@ -41,6 +41,8 @@ export const canConnect = (port: number) =>
 
 export interface ChildServer {
   readonly baseUrl: string
+  /** its DATA_DIR (operator-token, service.json) */
+  readonly dataDir: string
   readonly pid: number
   readonly child: ChildProcess
   readonly output: () => string
@@ -106,7 +108,7 @@ export const startChild = async (databaseUrl: string, env: Record<string, string
     await exited
     fs.rmSync(dataDir, { recursive: true, force: true })
   })())
-  const server: ChildServer = { baseUrl: `http://127.0.0.1:${port}`, pid: child.pid ?? -1, child, output: () => output, kill9 }
+  const server: ChildServer = { baseUrl: `http://127.0.0.1:${port}`, dataDir, pid: child.pid ?? -1, child, output: () => output, kill9 }
   alive.add(server)
 
   const deadline = Date.now() + LISTEN_TIMEOUT
