@@ -16,6 +16,7 @@ import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { Idempotency } from "./Edge/Idempotency.js"
+import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { pipeline } from "./Edge/Pipeline.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
@@ -108,7 +109,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
   Layer.provide(ReconcilerLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
-  Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" })),
+  Layer.provide(OpenApiDocLive),
   Layer.provide(DecodeErrorsLive),
   Layer.provide(ApiLive),
   Layer.provideMerge(ServicesLive)

@@ -7,8 +7,10 @@ import { environment, IdempotencyHeaders, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 export class ActorSessionsApi extends HttpApiGroup.make("actor-sessions")
+  .annotate(OpenApi.Description, "Actor tokens (at most 5 minutes) for a user, exchanged for the identity provider's assertion.")
   .add(
     HttpApiEndpoint.post("createActorSession")`/v1/tenants/${tenantId}/environments/${environment}/actor-sessions`
+      .annotate(OpenApi.Summary, "Create an actor session")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateActorSession)
       .addSuccess(Single(ActorSession, 201))

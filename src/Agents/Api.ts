@@ -22,14 +22,17 @@ const agentId = idParam("agent_id")
 const revisionId = idParam("revision_id")
 
 export class WorkspacesApi extends HttpApiGroup.make("workspaces")
+  .annotate(OpenApi.Description, "Workspaces group agents and conversations; the quickstart key may use only its own.")
   .add(
     HttpApiEndpoint.get("listWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces`
+      .annotate(OpenApi.Summary, "List workspaces")
       .setUrlParams(ListParams)
       .addSuccess(List(Workspace))
       .annotate(RequiredScopes, ["agents:read"])
   )
   .add(
     HttpApiEndpoint.post("createWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces`
+      .annotate(OpenApi.Summary, "Create a workspace")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateWorkspace)
       .addSuccess(Single(Workspace, 201))
@@ -37,6 +40,7 @@ export class WorkspacesApi extends HttpApiGroup.make("workspaces")
   )
   .add(
     HttpApiEndpoint.get("getWorkspace")`/v1/tenants/${tenantId}/environments/${environment}/workspaces/${workspaceId}`
+      .annotate(OpenApi.Summary, "Get a workspace")
       .addSuccess(Single(Workspace))
       .annotate(RequiredScopes, ["agents:read"])
   )
@@ -44,14 +48,17 @@ export class WorkspacesApi extends HttpApiGroup.make("workspaces")
 {}
 
 export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
+  .annotate(OpenApi.Description, "Model providers and models, with their write-only credentials, that agent revisions run on.")
   .add(
     HttpApiEndpoint.get("listModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles`
+      .annotate(OpenApi.Summary, "List model profiles")
       .setUrlParams(ListParams)
       .addSuccess(List(ModelProfile))
       .annotate(RequiredScopes, ["agents:read"])
   )
   .add(
     HttpApiEndpoint.post("createModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles`
+      .annotate(OpenApi.Summary, "Create a model profile")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateModelProfile)
       .addSuccess(Single(ModelProfile, 201))
@@ -67,6 +74,7 @@ export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
   )
   .add(
     HttpApiEndpoint.get("getModelProfile")`/v1/tenants/${tenantId}/environments/${environment}/model-profiles/${modelProfileId}`
+      .annotate(OpenApi.Summary, "Get a model profile")
       .addSuccess(Single(ModelProfile))
       .annotate(RequiredScopes, ["agents:read"])
   )
@@ -74,14 +82,17 @@ export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
 {}
 
 export class AgentsApi extends HttpApiGroup.make("agents")
+  .annotate(OpenApi.Description, "Agents: named configurations whose behaviour is fixed by immutable revisions.")
   .add(
     HttpApiEndpoint.get("listAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents`
+      .annotate(OpenApi.Summary, "List agents")
       .setUrlParams(ListParams)
       .addSuccess(List(Agent))
       .annotate(RequiredScopes, ["agents:read"])
   )
   .add(
     HttpApiEndpoint.post("createAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents`
+      .annotate(OpenApi.Summary, "Create an agent")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateAgent)
       .addSuccess(Single(Agent, 201))
@@ -89,6 +100,7 @@ export class AgentsApi extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.get("getAgent")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}`
+      .annotate(OpenApi.Summary, "Get an agent")
       .addSuccess(Single(Agent))
       .annotate(RequiredScopes, ["agents:read"])
   )
@@ -96,14 +108,17 @@ export class AgentsApi extends HttpApiGroup.make("agents")
 {}
 
 export class RevisionsApi extends HttpApiGroup.make("revisions")
+  .annotate(OpenApi.Description, "Immutable agent revisions (instructions, model profile, tools) that conversations and runs pin.")
   .add(
     HttpApiEndpoint.get("listAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}/revisions`
+      .annotate(OpenApi.Summary, "List an agent's revisions")
       .setUrlParams(ListParams)
       .addSuccess(List(AgentRevision))
       .annotate(RequiredScopes, ["agents:read"])
   )
   .add(
     HttpApiEndpoint.post("createAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agents/${agentId}/revisions`
+      .annotate(OpenApi.Summary, "Create an agent revision")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateAgentRevision)
       .addSuccess(Single(AgentRevision, 201))
@@ -116,6 +131,7 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
   )
   .add(
     HttpApiEndpoint.get("getAgentRevision")`/v1/tenants/${tenantId}/environments/${environment}/agent-revisions/${revisionId}`
+      .annotate(OpenApi.Summary, "Get an agent revision")
       .annotate(OpenApi.Description, "Revisions are addressed on their own (runs and conversations pin a revision id).")
       .addSuccess(Single(AgentRevision))
       .annotate(RequiredScopes, ["agents:read"])

@@ -3,11 +3,14 @@
  * (contract part 4, 9; D1): the operationId of the contract, `x-release-stage`/`x-visibility`, the
  * scopes as its `ServiceKey` security requirement, the documented error statuses (the D3 envelope),
  * and the headers every response carries. Scopes come from the same `RequiredScopes` annotation the
- * `ServiceKey` middleware enforces.
+ * `ServiceKey` middleware enforces. Effect Schema's generated titles and descriptions of
+ * refinements (`maxLength(128)`, "a string at most 128 character(s) long") are dropped, and the
+ * served document names `PUBLIC_BASE_URL` as its server (`OpenApiDocLive`).
  */
-import type { HttpApi, HttpApiGroup, OpenApi } from "@effect/platform"
-import { Context } from "effect"
+import { HttpApi, HttpApiBuilder, type HttpApiGroup, HttpServerResponse, OpenApi } from "@effect/platform"
+import { Context, Effect, Option } from "effect"
 
+import { AppConfig } from "../Config/AppConfig.js"
 import { RequiredScopes } from "../Kernel/Security.js"
 
 const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
@@ -90,6 +93,9 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
   const doc: any = structuredClone(spec)
   doc.info["x-release-stage"] = "proposed"
   doc.info["x-visibility"] = "public"
+  // Not open source (package.json is private, names no license): an SPDX reference of our own
+  // (`LicenseRef-`), since OpenAPI 3.1 asks for an `identifier` or a `url` beside the name.
+  doc.info.license = { name: "Proprietary", identifier: "LicenseRef-Proprietary" }
   doc.security = []
   for (const [path, item] of Object.entries<any>(doc.paths)) {
     const isV1 = path.startsWith("/v1/")
@@ -120,6 +126,8 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
       if (Array.isArray(op.parameters)) {
         for (const p of op.parameters) {
           if (p.in === "header" && HEADER_NAMES[p.name] !== undefined) p.name = HEADER_NAMES[p.name]
+          // The pipeline's rule (Idempotency `validKey`, D5), stated where the schema only has the lengths.
+          if (p.in === "header" && p.name === "Idempotency-Key") p.schema = { ...p.schema, pattern: "^[\\x21-\\x7E]+$" }
           // The schema is NumberFromString, whose encoded side documents a bare string (D6: integer 1..100).
           if (p.in === "query" && p.name === "limit") {
             p.schema = { type: "integer", minimum: 1, maximum: 100, default: 50, description: p.schema?.description }
@@ -134,5 +142,65 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
   for (const name of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete doc.components?.schemas?.[name]
   replaceRef(doc.paths, "#/components/schemas/HttpApiDecodeError", "#/components/schemas/InvalidRequestError")
   delete doc.components?.securitySchemes?.OperatorToken
+  stripGenerated(doc)
+  // Relative to where the document is served; the served document names PUBLIC_BASE_URL instead.
+  if (!doc.servers?.length) doc.servers = [{ url: "/", description: "This service" }]
   return doc
 }
+
+/**
+ * The titles and descriptions Effect Schema's filters give refinements by default (`Schema.maxLength`,
+ * `Schema.pattern`, `Schema.int`, ...; effect/Schema.ts), which JSONSchema generation copies into every
+ * refined schema. A description we wrote replaces the default on the same schema, so it never matches.
+ */
+const GENERATED_TITLE = new RegExp(
+  "^(?:(?:maxLength|minLength|length|startsWith|endsWith|includes|greaterThan|greaterThanOrEqualTo|lessThan" +
+    "|lessThanOrEqualTo|between|multipleOf|minItems|maxItems|itemsCount)\\(.*\\)" +
+    "|trimmed|lowercased|uppercased|capitalized|uncapitalized|nonEmptyString|finite|int|nonNaN|positive|negative" +
+    "|nonPositive|nonNegative)$"
+)
+const GENERATED_DESCRIPTION = new RegExp(
+  "^(?:a string (?:at most|at least) \\d+ character\\(s\\)(?: and at most \\d+ character\\(s\\))? long" +
+    "|a string (?:matching the pattern|starting with|ending with|including) .*" +
+    "|an? (?:lowercase|uppercase|capitalized|uncapitalized|non empty) string" +
+    "|a string with no leading or trailing whitespace" +
+    "|an array of (?:at least|at most|exactly) \\d+ item\\(s\\)" +
+    "|a finite number|an integer|a number excluding NaN|a (?:positive|negative|non-negative|non-positive) number" +
+    "|a number (?:greater than|less than|between|divisible by) .*)$",
+  "s"
+)
+
+/**
+ * Drops generated titles and descriptions everywhere (schemas, and parameters, which copy their
+ * schema's description), and the `$id` and title Effect gives `Schema.Unknown` (`/schemas/unknown`,
+ * "unknown"): a relative `$id` would change the base URI of what it contains.
+ */
+const stripGenerated = (node: any): void => {
+  if (node === null || typeof node !== "object") return
+  if (Array.isArray(node)) return node.forEach(stripGenerated)
+  if (typeof node.title === "string" && GENERATED_TITLE.test(node.title)) delete node.title
+  if (typeof node.description === "string" && GENERATED_DESCRIPTION.test(node.description)) delete node.description
+  if (typeof node.$id === "string" && node.$id.startsWith("/schemas/")) {
+    if (node.title === node.$id.slice("/schemas/".length)) delete node.title
+    delete node.$id
+  }
+  for (const value of Object.values(node)) stripGenerated(value)
+}
+
+/**
+ * `GET /v1/openapi.json`: the document of the one HttpApi, as `HttpApiBuilder.middlewareOpenApi`
+ * serves it, with `servers` naming `PUBLIC_BASE_URL` when it is set.
+ */
+export const OpenApiDocLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function*() {
+    const { api } = yield* HttpApi.Api
+    const config = yield* AppConfig
+    const generated = OpenApi.fromApi(api)
+    const spec = Option.match(config.publicBaseUrl, {
+      onNone: () => generated,
+      onSome: (url) => ({ ...generated, servers: [{ url: url.replace(/\/+$/, "") || "/", description: "This service" }] })
+    })
+    const response = yield* Effect.orDie(HttpServerResponse.json(spec))
+    yield* router.get("/v1/openapi.json", Effect.succeed(response))
+  })
+)

@@ -24,19 +24,23 @@ const serviceActorId = idParam("service_actor_id")
 const jobId = idParam("deletion_job_id")
 
 export class TenantsApi extends HttpApiGroup.make("tenants")
+  .annotate(OpenApi.Description, "The tenant a service key belongs to: read, update and delete it.")
   .add(
     HttpApiEndpoint.get("listTenants", "/v1/tenants")
+      .annotate(OpenApi.Summary, "List tenants")
       .setUrlParams(ListParams)
       .addSuccess(List(Tenant))
       .annotate(RequiredScopes, ["tenants:read"])
   )
   .add(
     HttpApiEndpoint.get("getTenant")`/v1/tenants/${tenantId}`
+      .annotate(OpenApi.Summary, "Get a tenant")
       .addSuccess(Single(Tenant))
       .annotate(RequiredScopes, ["tenants:read"])
   )
   .add(
     HttpApiEndpoint.patch("updateTenant")`/v1/tenants/${tenantId}`
+      .annotate(OpenApi.Summary, "Update a tenant")
       .setHeaders(IdempotencyHeaders)
       .setPayload(UpdateTenant)
       .addSuccess(Single(Tenant))
@@ -44,6 +48,7 @@ export class TenantsApi extends HttpApiGroup.make("tenants")
   )
   .add(
     HttpApiEndpoint.del("deleteTenant")`/v1/tenants/${tenantId}`
+      .annotate(OpenApi.Summary, "Delete a tenant")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Accepted(DeletionJob))
       .annotate(RequiredScopes, ["tenants:write"])
@@ -52,25 +57,33 @@ export class TenantsApi extends HttpApiGroup.make("tenants")
 {}
 
 export class EnvironmentsApi extends HttpApiGroup.make("environments")
+  .annotate(
+    OpenApi.Description,
+    "A tenant's environments (`sandbox`, `production`), each with its own keys, actors, agents and runs; deletions answer with a deletion job to poll."
+  )
   .add(
     HttpApiEndpoint.get("listEnvironments")`/v1/tenants/${tenantId}/environments`
+      .annotate(OpenApi.Summary, "List environments")
       .setUrlParams(ListParams)
       .addSuccess(List(Environment))
       .annotate(RequiredScopes, ["environments:read"])
   )
   .add(
     HttpApiEndpoint.get("getEnvironment")`/v1/tenants/${tenantId}/environments/${environment}`
+      .annotate(OpenApi.Summary, "Get an environment")
       .addSuccess(Single(Environment))
       .annotate(RequiredScopes, ["environments:read"])
   )
   .add(
     HttpApiEndpoint.del("deleteEnvironment")`/v1/tenants/${tenantId}/environments/${environment}`
+      .annotate(OpenApi.Summary, "Delete an environment")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Accepted(DeletionJob))
       .annotate(RequiredScopes, ["environments:write"])
   )
   .add(
     HttpApiEndpoint.get("getDeletionJob")`/v1/tenants/${tenantId}/environments/${environment}/deletion-jobs/${jobId}`
+      .annotate(OpenApi.Summary, "Get a deletion job")
       .addSuccess(Single(DeletionJob))
       .annotate(
         OpenApi.Description,
@@ -82,19 +95,26 @@ export class EnvironmentsApi extends HttpApiGroup.make("environments")
 {}
 
 export class ApiKeysApi extends HttpApiGroup.make("api-keys")
+  .annotate(
+    OpenApi.Description,
+    "The service keys of an environment: read them and revoke them. A key's secret is shown once, when it is made."
+  )
   .add(
     HttpApiEndpoint.get("listApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys`
+      .annotate(OpenApi.Summary, "List API keys")
       .setUrlParams(ListParams)
       .addSuccess(List(ApiKey))
       .annotate(RequiredScopes, ["keys:read"])
   )
   .add(
     HttpApiEndpoint.get("getApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}`
+      .annotate(OpenApi.Summary, "Get an API key")
       .addSuccess(Single(ApiKey))
       .annotate(RequiredScopes, ["keys:read"])
   )
   .add(
     HttpApiEndpoint.post("revokeApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}/revoke`
+      .annotate(OpenApi.Summary, "Revoke an API key")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Single(ApiKey))
       .annotate(RequiredScopes, ["keys:revoke"])
@@ -103,14 +123,17 @@ export class ApiKeysApi extends HttpApiGroup.make("api-keys")
 {}
 
 export class UsersApi extends HttpApiGroup.make("users")
+  .annotate(OpenApi.Description, "The customer's end users in an environment: the people runs can act for and who decide approvals.")
   .add(
     HttpApiEndpoint.get("listUser")`/v1/tenants/${tenantId}/environments/${environment}/users`
+      .annotate(OpenApi.Summary, "List users")
       .setUrlParams(ListParams)
       .addSuccess(List(User))
       .annotate(RequiredScopes, ["users:read"])
   )
   .add(
     HttpApiEndpoint.post("createUser")`/v1/tenants/${tenantId}/environments/${environment}/users`
+      .annotate(OpenApi.Summary, "Create a user")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateUser)
       .addSuccess(Single(User, 201))
@@ -118,11 +141,13 @@ export class UsersApi extends HttpApiGroup.make("users")
   )
   .add(
     HttpApiEndpoint.get("getUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .annotate(OpenApi.Summary, "Get a user")
       .addSuccess(Single(User))
       .annotate(RequiredScopes, ["users:read"])
   )
   .add(
     HttpApiEndpoint.patch("updateUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .annotate(OpenApi.Summary, "Update a user")
       .setHeaders(IdempotencyHeaders)
       .setPayload(UpdateActor)
       .addSuccess(Single(User))
@@ -130,6 +155,7 @@ export class UsersApi extends HttpApiGroup.make("users")
   )
   .add(
     HttpApiEndpoint.del("deleteUser")`/v1/tenants/${tenantId}/environments/${environment}/users/${userId}`
+      .annotate(OpenApi.Summary, "Delete a user")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Accepted(DeletionJob))
       .annotate(RequiredScopes, ["users:write"])
@@ -138,14 +164,17 @@ export class UsersApi extends HttpApiGroup.make("users")
 {}
 
 export class ServiceActorsApi extends HttpApiGroup.make("service-actors")
+  .annotate(OpenApi.Description, "Non-human actors of an environment: what service keys act as.")
   .add(
     HttpApiEndpoint.get("listServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors`
+      .annotate(OpenApi.Summary, "List service actors")
       .setUrlParams(ListParams)
       .addSuccess(List(ServiceActor))
       .annotate(RequiredScopes, ["service-actors:read"])
   )
   .add(
     HttpApiEndpoint.post("createServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors`
+      .annotate(OpenApi.Summary, "Create a service actor")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateServiceActor)
       .addSuccess(Single(ServiceActor, 201))
@@ -153,6 +182,7 @@ export class ServiceActorsApi extends HttpApiGroup.make("service-actors")
   )
   .add(
     HttpApiEndpoint.get("getServiceActor")`/v1/tenants/${tenantId}/environments/${environment}/service-actors/${serviceActorId}`
+      .annotate(OpenApi.Summary, "Get a service actor")
       .addSuccess(Single(ServiceActor))
       .annotate(RequiredScopes, ["service-actors:read"])
   )

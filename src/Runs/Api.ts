@@ -30,8 +30,10 @@ export const terminalRunResponse = (run: Run) =>
   Effect.map(encodeTerminalRun(TerminalRun.make({ run })), (body) => HttpServerResponse.unsafeJson(body, { status: 200 }))
 
 export class ConversationsApi extends HttpApiGroup.make("conversations")
+  .annotate(OpenApi.Description, "Conversations pin an agent revision; each run continues one.")
   .add(
     HttpApiEndpoint.post("createConversation")`/v1/tenants/${tenantId}/environments/${environment}/conversations`
+      .annotate(OpenApi.Summary, "Create a conversation")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateConversation)
       .addSuccess(Single(Conversation, 201))
@@ -44,6 +46,7 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
   )
   .add(
     HttpApiEndpoint.get("getConversation")`/v1/tenants/${tenantId}/environments/${environment}/conversations/${conversationId}`
+      .annotate(OpenApi.Summary, "Get a conversation")
       .addSuccess(Single(Conversation))
       .annotate(RequiredScopes, ["conversations:read"])
   )
@@ -51,8 +54,10 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
 {}
 
 export class RunsApi extends HttpApiGroup.make("runs")
+  .annotate(OpenApi.Description, "Durable runs of an agent: admitted before 202, continued after a disconnect, cancellable.")
   .add(
     HttpApiEndpoint.post("createRun")`/v1/tenants/${tenantId}/environments/${environment}/conversations/${conversationId}/runs`
+      .annotate(OpenApi.Summary, "Create a run")
       .setHeaders(Schema.Struct({
         ...IdempotencyHeaders.fields,
         "x-actor-token": Schema.optional(Schema.String).annotations({
@@ -77,11 +82,13 @@ export class RunsApi extends HttpApiGroup.make("runs")
   )
   .add(
     HttpApiEndpoint.get("getRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}`
+      .annotate(OpenApi.Summary, "Get a run")
       .addSuccess(Single(Run))
       .annotate(RequiredScopes, ["runs:read"])
   )
   .add(
     HttpApiEndpoint.post("cancelRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/cancel`
+      .annotate(OpenApi.Summary, "Cancel a run")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Accepted(Run))
       .annotate(
@@ -96,8 +103,10 @@ export class RunsApi extends HttpApiGroup.make("runs")
 {}
 
 export class EventsApi extends HttpApiGroup.make("events")
+  .annotate(OpenApi.Description, "A run's events, in sequence order: as pages or as a Server-Sent Events stream.")
   .add(
     HttpApiEndpoint.get("listRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events`
+      .annotate(OpenApi.Summary, "List a run's events")
       .setUrlParams(EventListParams)
       .addSuccess(List(RunEvent))
       .annotate(
@@ -110,12 +119,16 @@ export class EventsApi extends HttpApiGroup.make("events")
   )
   .add(
     HttpApiEndpoint.get("streamRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events/stream`
+      .annotate(OpenApi.Summary, "Stream a run's events")
       .setHeaders(Schema.Struct({
         accept: Schema.optional(Schema.String).annotations({ description: "Must accept text/event-stream" }),
         "last-event-id": Schema.optional(Schema.String).annotations({ description: "Resume after this event id" })
       }))
       .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String) }))
-      .addSuccess(Schema.String.pipe(HttpApiSchema.withEncoding({ kind: "Text", contentType: "text/event-stream" })))
+      .addSuccess(
+        Schema.String.pipe(HttpApiSchema.withEncoding({ kind: "Text", contentType: "text/event-stream" }))
+          .annotations({ description: "The run's events as Server-Sent Events" })
+      )
       .annotate(
         OpenApi.Description,
         "Server-Sent Events: `id: <event id>`, `event: <type>`, `data: <event JSON>`, and " +

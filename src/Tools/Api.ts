@@ -12,8 +12,10 @@ const connectionId = idParam("connection_id")
 const toolId = idParam("tool_id")
 
 export class ConnectionsApi extends HttpApiGroup.make("connections")
+  .annotate(OpenApi.Description, "Customer-hosted HTTPS tool connections, reviewed by an operator, and the tools they expose.")
   .add(
     HttpApiEndpoint.post("createConnection")`/v1/tenants/${tenantId}/environments/${environment}/connections`
+      .annotate(OpenApi.Summary, "Create a connection")
       .setHeaders(IdempotencyHeaders)
       .setPayload(CreateConnection)
       .addSuccess(Single(Connection, 201))
@@ -27,17 +29,20 @@ export class ConnectionsApi extends HttpApiGroup.make("connections")
   )
   .add(
     HttpApiEndpoint.get("listConnection")`/v1/tenants/${tenantId}/environments/${environment}/connections`
+      .annotate(OpenApi.Summary, "List connections")
       .setUrlParams(ListParams)
       .addSuccess(List(Connection))
       .annotate(RequiredScopes, ["connections:read"])
   )
   .add(
     HttpApiEndpoint.get("getConnection")`/v1/tenants/${tenantId}/environments/${environment}/connections/${connectionId}`
+      .annotate(OpenApi.Summary, "Get a connection")
       .addSuccess(Single(Connection))
       .annotate(RequiredScopes, ["connections:read"])
   )
   .add(
     HttpApiEndpoint.get("listTool")`/v1/tenants/${tenantId}/environments/${environment}/tools`
+      .annotate(OpenApi.Summary, "List tools")
       .setUrlParams(Schema.Struct({ ...ListParams.fields, ...ToolListParams.fields }))
       .addSuccess(List(Tool))
       .annotate(
@@ -48,6 +53,7 @@ export class ConnectionsApi extends HttpApiGroup.make("connections")
   )
   .add(
     HttpApiEndpoint.get("getTool")`/v1/tenants/${tenantId}/environments/${environment}/tools/${toolId}`
+      .annotate(OpenApi.Summary, "Get a tool")
       .addSuccess(Single(Tool))
       .annotate(RequiredScopes, ["connections:read"])
   )
@@ -59,8 +65,10 @@ export const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Record({ key: Sche
   .annotations({ identifier: "JWKS" })
 
 export class KeySetApi extends HttpApiGroup.make("jwks")
+  .annotate(OpenApi.Description, "The public keys customer tool servers verify invocation tokens with (no authentication).")
   .add(
     HttpApiEndpoint.get("getJwks")`/v1/tenants/${tenantId}/environments/${environment}/jwks.json`
+      .annotate(OpenApi.Summary, "Get the invocation signing keys")
       .addSuccess(Jwks)
       .annotate(
         OpenApi.Description,

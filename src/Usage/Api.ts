@@ -7,8 +7,10 @@ import { environment, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 export class UsageApi extends HttpApiGroup.make("usage")
+  .annotate(OpenApi.Description, "What an environment used: runs, model calls, tokens, tool calls and run seconds over a time range.")
   .add(
     HttpApiEndpoint.get("getUsage")`/v1/tenants/${tenantId}/environments/${environment}/usage`
+      .annotate(OpenApi.Summary, "Get usage")
       .setUrlParams(UsageParams)
       .addSuccess(Single(Usage))
       .annotate(

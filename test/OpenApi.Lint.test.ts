@@ -1,0 +1,137 @@
+/**
+ * The served OpenAPI document as third-party tools read it (issue 15): Redocly CLI's recommended
+ * ruleset (`redocly.yaml`) finds 0 errors; every operation has a summary and every tag a
+ * description; `servers` names PUBLIC_BASE_URL; no title or description Effect Schema generates for
+ * refinements (`maxLength(128)`, "a string at most 128 character(s) long") is left.
+ */
+import { OpenApi } from "@effect/platform"
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Effect, Option } from "effect"
+import { execFile } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { Api } from "../src/Api.js"
+import { makeTestApp } from "./support/App.js"
+import { request } from "./support/Client.js"
+
+const ROOT = path.resolve(import.meta.dirname, "..")
+const REDOCLY = path.join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js")
+const PUBLIC_BASE_URL = "https://agents.acme.test"
+
+const GENERATED_TITLE = /^(maxLength|minLength|pattern|between|greaterThan|lessThan|int|nonEmpty)/
+const GENERATED_DESCRIPTION = /character\(s\) long|a string at (most|least)/
+
+/** `redocly lint --format=json` on the document, written to a temporary file. */
+const lint = (doc: unknown) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "openapi-lint-"))),
+    (dir) =>
+      Effect.promise(() => {
+        const file = path.join(dir, "openapi.json")
+        fs.writeFileSync(file, JSON.stringify(doc))
+        return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+          execFile(
+            process.execPath,
+            [REDOCLY, "lint", file, "--config", path.join(ROOT, "redocly.yaml"), "--format=json"],
+            {
+              cwd: dir,
+              maxBuffer: 64 * 1024 * 1024,
+              env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true", NO_COLOR: "1" }
+            },
+            (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr })
+          )
+        )
+      }),
+    (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+  )
+
+const operations = (doc: any) =>
+  Object.entries<any>(doc.paths).flatMap(([path, item]) =>
+    Object.entries<any>(item)
+      .filter(([method]) => ["get", "post", "put", "patch", "delete"].includes(method))
+      .map(([method, op]) => ({ label: `${method} ${path}`, op }))
+  )
+
+/** Every `title` and `description` string in the document, with where it is. */
+const texts = (node: unknown, at = "#"): Array<{ at: string; key: "title" | "description"; value: string }> => {
+  if (node === null || typeof node !== "object") return []
+  const own = (["title", "description"] as const)
+    .filter((key) => typeof (node as any)[key] === "string")
+    .map((key) => ({ at, key, value: (node as any)[key] as string }))
+  return [...own, ...Object.entries(node).flatMap(([k, v]) => texts(v, `${at}/${k}`))]
+}
+
+layer(makeTestApp({ publicBaseUrl: Option.some(`${PUBLIC_BASE_URL}/`) }), { excludeTestServices: true })(
+  "OpenAPI document: lint-clean and readable (issue 15)",
+  (it) => {
+    const fetchDoc = Effect.map(request("GET", "/v1/openapi.json"), (res) => {
+      expect(res.status).toBe(200)
+      return res.body as any
+    })
+
+    it.effect("Redocly CLI, recommended ruleset: 0 errors on the served document", () =>
+      Effect.gen(function*() {
+        const doc = yield* fetchDoc
+        const { code, stderr, stdout } = yield* lint(doc)
+        const report = JSON.parse(stdout.slice(stdout.indexOf("{")))
+        const problems = report.problems.map((p: any) => `${p.severity} ${p.ruleId}: ${p.message}`)
+        expect(report.totals.errors, problems.join("\n") || stderr).toBe(0)
+        expect(code, stderr).toBe(0)
+      }), 30_000)
+
+    it.effect("servers: PUBLIC_BASE_URL (without a trailing slash); info has a license", () =>
+      Effect.gen(function*() {
+        const doc = yield* fetchDoc
+        expect(doc.servers).toEqual([{ url: PUBLIC_BASE_URL, description: "This service" }])
+        expect(doc.info.license).toEqual({ name: "Proprietary", identifier: "LicenseRef-Proprietary" })
+      }))
+
+    it.effect("every operation has a summary and its operationId; every tag a description", () =>
+      Effect.gen(function*() {
+        const doc = yield* fetchDoc
+        const ops = operations(doc)
+        expect(ops.length).toBeGreaterThan(50)
+        for (const { label, op } of ops) {
+          expect(op.summary, label).toMatch(/^[A-Z]\S*( \S+)*$/)
+          expect(op.summary.length, label).toBeLessThanOrEqual(40)
+          expect(op.operationId, label).toMatch(/^[a-z][A-Za-z]+$/)
+        }
+        expect(ops.find((o) => o.op.operationId === "createRun")?.op.summary).toBe("Create a run")
+        expect(ops.find((o) => o.op.operationId === "listUser")?.op.summary).toBe("List users")
+        const summaries = ops.map((o) => o.op.summary)
+        expect(new Set(summaries).size).toBe(summaries.length)
+        const tags = new Set<string>(doc.tags.map((t: any) => t.name))
+        for (const tag of doc.tags) expect(tag.description, tag.name).toMatch(/\S{3}/)
+        for (const { label, op } of ops) for (const tag of op.tags) expect(tags.has(tag), `${label} ${tag}`).toBe(true)
+      }))
+
+    it.effect("no generated titles or descriptions; the ones we wrote stay", () =>
+      Effect.gen(function*() {
+        const doc = yield* fetchDoc
+        const all = texts(doc)
+        const titles = all.filter((t) => t.key === "title" && GENERATED_TITLE.test(t.value))
+        const descriptions = all.filter((t) => t.key === "description" && GENERATED_DESCRIPTION.test(t.value))
+        expect(titles.slice(0, 5)).toEqual([])
+        expect(descriptions.slice(0, 5)).toEqual([])
+        const text = JSON.stringify(doc)
+        expect(text).not.toContain("/schemas/unknown")
+        expect(text).not.toMatch(/"title":"unknown"/)
+        // Real descriptions survive: of a refined header, a refined schema, an operation.
+        const createRun = operations(doc).find((o) => o.op.operationId === "createRun")!.op
+        const idem = createRun.parameters.find((p: any) => p.name === "Idempotency-Key")
+        expect(idem.description).toContain("0x21-0x7E")
+        // ... and the Idempotency-Key's character rule (Idempotency `validKey`) is in its schema.
+        expect(idem.schema).toMatchObject({ minLength: 1, maxLength: 255, pattern: "^[\\x21-\\x7E]+$" })
+        expect(createRun.description).toContain("Admits a run")
+        expect(doc.components.schemas.InvalidRequestError.title).toBe("Error (400)")
+      }))
+  }
+)
+
+describe("OpenAPI document without PUBLIC_BASE_URL", () => {
+  it("names the serving origin as its server (a relative URL), as /docs reads it", () => {
+    const doc: any = OpenApi.fromApi(Api)
+    expect(doc.servers).toEqual([{ url: "/", description: "This service" }])
+  })
+})
