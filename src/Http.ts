@@ -18,6 +18,7 @@ import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { Idempotency } from "./Edge/Idempotency.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { pipeline } from "./Edge/Pipeline.js"
+import { routesOf } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
@@ -96,11 +97,14 @@ export const ServicesLive = Layer.mergeAll(
   Invoker.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
+/** The `/v1` routes, for 404/405 before authentication (the OpenAPI document is served beside the HttpApi). */
+const V1_ROUTES = routesOf(Api, [{ method: "GET", path: "/v1/openapi.json" }])
+
 /** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
 // response after the pipeline has added its headers and stored idempotent results.
 const ServeLive = HttpApiBuilder.httpApp.pipe(
-  Effect.map((app) => HttpServer.serve(pipeline(app))),
+  Effect.map((app) => HttpServer.serve(pipeline(V1_ROUTES)(app))),
   Layer.unwrapEffect,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )

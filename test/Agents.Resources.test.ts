@@ -245,10 +245,15 @@ describe("agents resources (D12)", () => {
       const sb = yield* sandbox()
       const { agent, rev } = yield* fixture(sb.P, sb.manager)
       for (const method of ["PATCH", "PUT", "DELETE"]) {
-        for (const p of [`/agent-revisions/${rev.id}`, `/agents/${agent.id}/revisions/${rev.id}`]) {
-          const res = yield* request(method, `${sb.P}${p}`, { key: sb.manager, body: { instructions: "changed" } })
-          expectError(res, 404, "not_found", "route_not_found")
-        }
+        // the revision's path answers GET only (405 with Allow); the other is no path at all
+        const readOnly = yield* request(method, `${sb.P}/agent-revisions/${rev.id}`, { key: sb.manager, body: { instructions: "changed" } })
+        expectError(readOnly, 405, "invalid_request", "method_not_allowed")
+        expect(readOnly.headers.get("allow")).toBe("GET, HEAD")
+        const none = yield* request(method, `${sb.P}/agents/${agent.id}/revisions/${rev.id}`, {
+          key: sb.manager,
+          body: { instructions: "changed" }
+        })
+        expectError(none, 404, "not_found", "route_not_found")
       }
       const sql = yield* SqlClient.SqlClient
       const refusal = (e: unknown) => String((e as { cause?: { message?: string } }).cause?.message)

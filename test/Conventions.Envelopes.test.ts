@@ -100,12 +100,12 @@ layer(makeTestApp(), { excludeTestServices: true })("envelopes (contract 2.2, D3
       expectErrorCode(yield* request("POST", "/nope/deeper", { body: {} }), 404, "route_not_found")
       expectErrorCode(yield* request("GET", "/v1/nope", { key: sb.key }), 404, "route_not_found")
       expectErrorCode(yield* request("GET", `${sb.P}/no-such-group`, { key: sb.key }), 404, "route_not_found")
-      // A known path with an undeclared method is not a route either.
-      expectErrorCode(yield* request("PUT", `/v1/tenants/${sb.tenantId}`, { key: sb.manager, body: {} }), 404, "route_not_found")
+      // A known path with an undeclared method: 405 with Allow (issue 15; test/Routing.test.ts).
+      expectErrorCode(yield* request("PUT", `/v1/tenants/${sb.tenantId}`, { key: sb.manager, body: {} }), 405, "method_not_allowed")
       // Routing is case-sensitive like the /v1 gate: /V1 is not /v1.
       expectErrorCode(yield* request("GET", "/V1/tenants", { key: sb.key }), 404, "route_not_found")
-      // Under /v1 the key is checked first: without one, 401 (still the envelope).
-      expectErrorCode(yield* request("GET", "/v1/nope"), 401, "missing_api_key")
+      // Routing comes before the key (issue 15, D19): without one, still 404.
+      expectErrorCode(yield* request("GET", "/v1/nope"), 404, "route_not_found")
     }))
 
   it.effect("a 401 carries the envelope and request_id = X-Request-Id", () =>

@@ -28,6 +28,7 @@ import {
   errorClassOf,
   InternalError,
   InvalidRequest,
+  MethodNotAllowed,
   NotFound,
   RateLimited,
   toEnvelope,
@@ -39,6 +40,7 @@ import { ClientLimiter } from "./ClientLimiter.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
 import { requestIdOf } from "./RequestIds.js"
+import { matchRoute, type Route } from "./Routes.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
 /** Headers a handler set that are part of the response a replay gives again (D5, D7). */
@@ -277,32 +279,69 @@ const publicV1 = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse
     return yield* app
   })
 
-export const pipeline = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
-    const path = pathOf(request.url)
-    const address = Option.getOrElse(request.remoteAddress, () => "unknown")
-    const v1 = path.startsWith("/v1/")
-    const handled = v1
-      ? Effect.zipRight(checkUrl(request.url), isPublicV1(path) ? publicV1(app, state, address) : guarded(app, state, address))
-      : app
-    type Needs =
-      | HttpServerRequest.HttpServerRequest
-      | Auth
-      | Cells
-      | Idempotency.Idempotency
-      | ActorSessions
-      | ClientLimiter
-      | AppConfig
-      | SqlClient.SqlClient
-    const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
-      Effect.locally(currentRequest, state),
-      Effect.annotateLogs("request_id", state.requestId)
-    )
-    return finish(response, state)
+/** Routing before anything that depends on the key: 404 for a path no operation has, 405 for a wrong method. */
+const routed = (routes: ReadonlyArray<Route>, method: string, path: string, state: RequestState) =>
+  Effect.suspend((): Effect.Effect<void, NotFound | MethodNotAllowed> => {
+    const match = matchRoute(routes, method, path)
+    if (match._tag === "NoRoute") return new NotFound({ code: "route_not_found", message: "Unrecognized request URL" })
+    if (match._tag === "WrongMethod") {
+      state.headers["allow"] = match.allow.join(", ")
+      return new MethodNotAllowed({
+        code: "method_not_allowed",
+        message: `${method} is not allowed on this path; it allows ${match.allow.join(", ")}`
+      })
+    }
+    return Effect.void
   })
-)
+
+/**
+ * D4 on a routing error: a request with a valid key still gets its cell's RateLimit headers (and
+ * spends from its limit, as any request does). Best effort, and never changes the answer: a bad
+ * key spends from its address's limit, and an exhausted address is not looked up at all.
+ */
+const rateStateOnRoutingError = (state: RequestState, address: string) =>
+  Effect.gen(function*() {
+    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
+    if (credential === undefined) return
+    const clients = yield* ClientLimiter
+    if ((yield* clients.refused(address)) !== undefined && !(yield* clients.known(credential))) return
+    const principal = yield* (yield* Auth).authenticate(credential).pipe(Effect.tapError(() => clients.spend(address)))
+    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
+    state.headers["ratelimit-policy"] = rate.policy
+    state.headers["ratelimit"] = rate.state
+  }).pipe(Effect.ignore)
+
+/** The pipeline around the app serving `routes` (the HttpApi's `/v1` routes, `routesOf`). */
+export const pipeline = (routes: ReadonlyArray<Route>) =>
+  HttpMiddleware.make((app) =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
+      const path = pathOf(request.url)
+      const address = Option.getOrElse(request.remoteAddress, () => "unknown")
+      const v1 = path.startsWith("/v1/")
+      const handled = v1
+        ? checkUrl(request.url).pipe(
+          Effect.zipRight(routed(routes, request.method, path, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
+          Effect.zipRight(isPublicV1(path) ? publicV1(app, state, address) : guarded(app, state, address))
+        )
+        : app
+      type Needs =
+        | HttpServerRequest.HttpServerRequest
+        | Auth
+        | Cells
+        | Idempotency.Idempotency
+        | ActorSessions
+        | ClientLimiter
+        | AppConfig
+        | SqlClient.SqlClient
+      const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
+        Effect.locally(currentRequest, state),
+        Effect.annotateLogs("request_id", state.requestId)
+      )
+      return finish(response, state)
+    })
+  )
 
 /** The current request's state (for handlers that need the raw principal or request id). */
 export const requestState = FiberRef.get(currentRequest)

@@ -31,6 +31,11 @@ export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", fields)
   static readonly status = 404
   static readonly type = "not_found"
 }
+/** A path that exists, with a method it does not have (the response carries `Allow`). */
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", fields) {
+  static readonly status = 405
+  static readonly type = "invalid_request"
+}
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", fields) {
   static readonly status = 409
   static readonly type = "conflict"
@@ -58,6 +63,7 @@ export type ApiError =
   | AuthenticationFailed
   | PermissionDenied
   | NotFound
+  | MethodNotAllowed
   | Conflict
   | Gone
   | RateLimited

@@ -15,6 +15,7 @@ export const ERROR_TYPES: Record<number, string> = {
   401: "authentication_error",
   403: "permission_error",
   404: "not_found",
+  405: "invalid_request", // not in D3's list: a documented path with a method it does not have (issue 15)
   409: "conflict",
   410: "gone",
   429: "rate_limited",
