@@ -13,7 +13,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Api } from "../src/Api.js"
 import { makeTestApp } from "./support/App.js"
-import { request } from "./support/Client.js"
+import { provisionSandbox, request } from "./support/Client.js"
 
 const ROOT = path.resolve(import.meta.dirname, "..")
 const REDOCLY = path.join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js")
@@ -125,6 +125,26 @@ layer(makeTestApp({ publicBaseUrl: Option.some(`${PUBLIC_BASE_URL}/`) }), { excl
         expect(idem.schema).toMatchObject({ minLength: 1, maxLength: 255, pattern: "^[\\x21-\\x7E]+$" })
         expect(createRun.description).toContain("Admits a run")
         expect(doc.components.schemas.InvalidRequestError.title).toBe("Error (400)")
+      }))
+
+    it.effect("rules the server enforces on a whole body are in the schema, and an empty cursor is no cursor", () =>
+      Effect.gen(function*() {
+        const doc = yield* fetchDoc
+        const schemas = doc.components.schemas
+        // PATCH user/actor: at least one field (400 parameter_missing otherwise)
+        for (const name of ["updateUser", "updateServiceActor"]) {
+          const op = operations(doc).find((o) => o.op.operationId === name)?.op
+          if (op) expect(op.requestBody.content["application/json"].schema.minProperties, name).toBe(1)
+        }
+        expect(operations(doc).some((o) => o.op.operationId === "updateUser")).toBe(true)
+        // the identity provider: exactly one of jwks and jwks_url (400 parameter_invalid otherwise)
+        expect(schemas.IdentityProvider.allOf).toEqual([{ oneOf: [{ required: ["jwks"] }, { required: ["jwks_url"] }] }])
+        expect(schemas.IdentityProvider.properties.jwks_url.format).toBe("uri")
+        // `cursor=` is what the document allows (a string): the first page, not 400 invalid_cursor
+        const sb = yield* provisionSandbox(["users:read"])
+        const first = yield* request("GET", `${sb.P}/users?cursor=`, { key: sb.key })
+        expect(first.status, first.text).toBe(200)
+        expect(first.body.items).toEqual([])
       }))
   }
 )

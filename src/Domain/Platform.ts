@@ -101,7 +101,12 @@ export const UpdateActor = strictBody(
   Schema.Struct({
     display_name: Schema.optional(DisplayName),
     email: Schema.optional(Nullable(Email))
-  }).annotations({ identifier: "UpdateActor", description: "At least one field" })
+  }).annotations({
+    identifier: "UpdateActor",
+    description: "At least one field",
+    // the rule the handler enforces (400 parameter_missing), stated in the document
+    jsonSchema: { minProperties: 1 }
+  })
 )
 
 export const ServiceActor = Schema.Struct({

@@ -17,7 +17,7 @@ export const ListParams = Schema.Struct({
       Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
     )
   ).annotations({ description: "Page size, 1 to 100 (default 50)" }),
-  cursor: Schema.optional(Schema.String).annotations({ description: "The `next_cursor` of the previous page" })
+  cursor: Schema.optional(Schema.String).annotations({ description: "The `next_cursor` of the previous page (empty: the first page)" })
 })
 export type ListParams = typeof ListParams.Type
 
@@ -34,7 +34,8 @@ export const encode = (list: string, cell: string, lastId: string): string =>
 
 export const decode = (cursor: string | undefined, list: string, cell: string): Effect.Effect<string | undefined, InvalidRequest> =>
   Effect.suspend(() => {
-    if (cursor === undefined) return Effect.succeed(undefined)
+    // `cursor=` (empty) is the first page, as no cursor is: what a client sends for "no cursor yet"
+    if (cursor === undefined || cursor === "") return Effect.succeed(undefined)
     try {
       const v = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"))
       if (v && v.l === list && v.c === cell && typeof v.k === "string") return Effect.succeed(v.k as string)
