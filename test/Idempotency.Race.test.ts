@@ -10,6 +10,7 @@
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { Agent, fetch } from "undici"
 
 import { defaultEdgeConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, TestApp } from "./support/App.js"
@@ -21,19 +22,26 @@ import { eventually } from "./support/Waiting.js"
 const UNLIMITED = { ratePerSecond: 100_000, burst: 100_000 }
 const RACERS = 1_000
 
-/** `n` identical requests at once over real HTTP (fetch; connections as undici opens them). */
+/**
+ * Connections the racers share: 200, under the listen backlog (511), so a loaded machine queues
+ * them in the client instead of resetting connections; 200 requests are still in flight at once.
+ */
+const dispatcher = new Agent({ connections: 200 })
+
+/** `n` identical requests at once over real HTTP. */
 const race = (path: string, key: string, idempotencyKey: string, body: unknown, n = RACERS) =>
   Effect.flatMap(TestApp, (app) =>
     Effect.promise(() =>
       Promise.all(
         Array.from({ length: n }, async (): Promise<Reply> => {
           const res = await fetch(`${app.baseUrl}${path}`, {
+            dispatcher,
             method: "POST",
             headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": idempotencyKey },
             body: JSON.stringify(body)
           })
           const text = await res.text()
-          return { status: res.status, headers: res.headers, body: JSON.parse(text), text }
+          return { status: res.status, headers: res.headers as unknown as Headers, body: JSON.parse(text), text }
         })
       )
     ))
