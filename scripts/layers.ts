@@ -15,7 +15,7 @@ const ROOTS = new Set(["main.ts", "Api.ts", "Http.ts"])
 
 /** The layers, bottom first. A unit may import units of its own layer (without cycles) and of layers below. */
 const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArray<string> }> = [
-  { name: "kernel", units: ["Kernel"] },
+  { name: "kernel", units: ["Kernel", "Observability"] },
   { name: "domain", units: ["Domain"] },
   { name: "configuration", units: ["Config"] },
   { name: "infrastructure", units: ["Database", "Crypto", "Outbound"] },
@@ -37,7 +37,8 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
     ]
   },
   { name: "runtime", units: ["Runtime"] },
-  { name: "edge", units: ["Edge"] }
+  { name: "edge", units: ["Edge"] },
+  { name: "clients", units: ["Client"] }
 ]
 /** Units that stand apart: they import nothing of the service and nothing of it imports them. */
 const APART = new Set(["ToolServer"])

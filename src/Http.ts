@@ -16,6 +16,7 @@ import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { Idempotency } from "./Edge/Idempotency.js"
+import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { pipeline } from "./Edge/Pipeline.js"
 import { routesOf } from "./Edge/Routes.js"
@@ -104,7 +105,8 @@ const V1_ROUTES = routesOf(Api, [{ method: "GET", path: "/v1/openapi.json" }])
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
 // response after the pipeline has added its headers and stored idempotent results.
 const ServeLive = HttpApiBuilder.httpApp.pipe(
-  Effect.map((app) => HttpServer.serve(pipeline(V1_ROUTES)(app))),
+  // Request metrics wrap the pipeline, so every answer is counted and timed.
+  Effect.map((app) => HttpServer.serve(requestMetrics(pipeline(V1_ROUTES)(app)))),
   Layer.unwrapEffect,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )
@@ -113,6 +115,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
   Layer.provide(ReconcilerLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
+  Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),
   Layer.provide(DecodeErrorsLive),
   Layer.provide(ApiLive),

@@ -65,13 +65,25 @@ const LogLevelLive = Layer.unwrapEffect(
   )
 )
 
+/**
+ * `LOG_FORMAT=json`: one JSON object per line, annotations (request_id, tenant_id, run_id...)
+ * included, instead of the pretty logger `runMain` installs (or Effect's default one).
+ */
+const LogFormatLive = Layer.unwrapEffect(
+  Effect.map(
+    Config.literal("text", "json")("LOG_FORMAT").pipe(Config.withDefault("text" as const)),
+    (format) => (format === "json" ? Layer.merge(Logger.json, Logger.remove(Logger.prettyLoggerDefault)) : Layer.empty)
+  )
+)
+
 export const MainLive = Announce.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provide(ServerLive),
   Layer.provideMerge(DatabaseLive),
   Layer.provideMerge(Stopped),
   Layer.provide(AppConfig.layer),
-  Layer.provide(LogLevelLive)
+  Layer.provide(LogLevelLive),
+  Layer.provide(LogFormatLive)
 )
 
 // The Postgres driver can emit a lost connection's 'error' on a client that has no listener at that

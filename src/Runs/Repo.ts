@@ -9,6 +9,8 @@ import { Clock, Effect, Either, Layer, Option, Schema } from "effect"
 import * as Rows from "../Database/Rows.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
+import { afterCommit } from "../Kernel/RequestContext.js"
+import { recordRunCommit } from "../Observability/Metrics.js"
 import { plan } from "./Commit.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
@@ -64,7 +66,10 @@ const make = Effect.gen(function*() {
           FROM run
         )
         SELECT count(*) AS admitted FROM run`.pipe(Rows.single(Schema.Struct({ admitted: Rows.Int8 })))
-      return admitted === 1 ? Option.some(eventId) : Option.none()
+      if (admitted !== 1) return Option.none()
+      // Counted once the request's transaction committed (admission runs inside it).
+      yield* afterCommit(recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]))
+      return Option.some(eventId)
     })
 
   const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
@@ -130,8 +135,13 @@ const make = Effect.gen(function*() {
                   ${locked.agent_revision_id}, ${u.model_profile_id ?? null}, ${u.provider ?? null}, ${u.model ?? null},
                   ${u.tool_id ?? null}, ${u.input_tokens}, ${u.output_tokens}, ${at})`
       }
-      return Either.right({ status: p.status, events: events as ReadonlyArray<EventRow> })
-    }))
+      return Either.right({ status: p.status, from: locked.status, events: events as ReadonlyArray<EventRow> })
+    })).pipe(
+      // Counted once committed: now, or after the enclosing request's transaction (a cancel).
+      Effect.tap((committed) =>
+        Either.isRight(committed) ? afterCommit(recordRunCommit(committed.right.from, committed.right.events)) : Effect.void
+      )
+    )
 
   const items = (conversationId: string, budgetBytes: number) =>
     sql`

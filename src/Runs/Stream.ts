@@ -11,13 +11,14 @@
  * or when the client goes away; the cell's stream slot is released in every case.
  */
 import * as Sse from "@effect/experimental/Sse"
-import { Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
 
 import { Cells } from "../Cells/Cells.js"
 import { CloseStream } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { TERMINAL_STATUSES } from "../Domain/RunState.js"
 import type { Principal } from "../Kernel/Principal.js"
+import { recordStreamLag } from "../Observability/Metrics.js"
 import { Platform } from "../Platform.js"
 import { EventBus } from "./EventBus.js"
 import { type EventRow, RunStore, toEvent } from "./RunStore.js"
@@ -43,37 +44,40 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
       cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id }))
     )
     const events = yield* bus.subscribe(runId)
-    const out = yield* Queue.bounded<string | typeof END>(256)
+    // Rows are framed as they are written, which is when their lag from the commit is measured
+    // (the history a stream starts with is sent framed: its age is not a delay).
+    const out = yield* Queue.bounded<string | EventRow | typeof END>(256)
     let last = after
 
     /** Sends rows in order from the database, starting after `last`; `true` once a final event is sent. */
-    const catchUp: Effect.Effect<boolean, unknown> = Effect.gen(function*() {
-      while (true) {
-        const rows = yield* repo.eventsAfter(runId, last, PAGE)
-        for (const row of rows) {
-          yield* Queue.offer(out, frame(row))
-          last = row.sequence
-          if (ENDS_STREAM.has(row.type)) return true
+    const catchUp = (history: boolean): Effect.Effect<boolean, unknown> =>
+      Effect.gen(function*() {
+        while (true) {
+          const rows = yield* repo.eventsAfter(runId, last, PAGE)
+          for (const row of rows) {
+            yield* Queue.offer(out, history ? frame(row) : row)
+            last = row.sequence
+            if (ENDS_STREAM.has(row.type)) return true
+          }
+          if (rows.length < PAGE) return false
         }
-        if (rows.length < PAGE) return false
-      }
-    })
+      })
 
     const follow = Effect.gen(function*() {
-      if (yield* catchUp) return
+      if (yield* catchUp(true)) return
       while (true) {
         const next = yield* Effect.timeoutOption(Queue.take(events), Duration.seconds(config.runs.pingSeconds))
         if (Option.isNone(next)) {
-          if (yield* catchUp) return // notifications can be lost (a replaced LISTEN connection)
+          if (yield* catchUp(false)) return // notifications can be lost (a replaced LISTEN connection)
           continue
         }
         const row = next.value
         if (row.sequence <= last) continue
         if (row.sequence > last + 1) {
-          if (yield* catchUp) return
+          if (yield* catchUp(false)) return
           continue
         }
-        yield* Queue.offer(out, frame(row))
+        yield* Queue.offer(out, row)
         last = row.sequence
         if (ENDS_STREAM.has(row.type)) return
       }
@@ -99,7 +103,12 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
       Effect.forkScoped
     )
     return Stream.fromQueue(out).pipe(
-      Stream.takeWhile((item): item is string => item !== END),
+      Stream.takeWhile((item): item is string | EventRow => item !== END),
+      Stream.mapEffect((item) =>
+        typeof item === "string"
+          ? Effect.succeed(item)
+          : Effect.as(Effect.flatMap(Clock.currentTimeMillis, (now) => recordStreamLag(item.created_at, now)), frame(item))
+      ),
       Stream.encodeText
     )
   }))

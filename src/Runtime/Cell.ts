@@ -10,6 +10,7 @@ import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
+import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
 import type { ActorOptions } from "./RunActor.js"
 
 export interface Cell {
@@ -42,6 +43,7 @@ const restartBackoff = Schedule.exponential("200 millis").pipe(Schedule.union(Sc
 export const make = (id: CellId, options: CellOptions) =>
   Effect.gen(function*() {
     const generation = yield* options.nextGeneration(id)
+    yield* activeInScope(cellsActive)
     const limiter = yield* RateLimiter.make(options.rateLimit)
     const policy = RateLimiter.policyHeader(options.rateLimit)
     const lastUsed = yield* Ref.make(yield* Clock.currentTimeMillis)
@@ -67,7 +69,8 @@ export const make = (id: CellId, options: CellOptions) =>
         ),
         Effect.retry({ schedule: restartBackoff, while: (cause) => !Cause.isInterruptedOnly(cause) }),
         Effect.unsandbox,
-        Effect.annotateLogs({ cell: cellLabel, run_id: runId })
+        (actor) => trackActive(runActorsActive, actor),
+        Effect.annotateLogs({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId })
       )
 
     const startActor = (runId: string) => Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true }))

@@ -1,0 +1,90 @@
+/**
+ * The service's metrics (issue 15, deliverable 4), on Effect's `Metric` module: defined here once,
+ * recorded where the work happens, rendered for Prometheus by `Prometheus.ts` at `GET /metrics`
+ * (docs/operations.md lists them). Metrics are global to the process. Labels stay bounded: an
+ * operation is the HttpApi endpoint's name (never a raw path with ids), a run's statuses and event
+ * types are closed sets.
+ */
+import { Effect, Metric, MetricBoundaries, MetricLabel } from "effect"
+
+/** Seconds, from 5 ms to 60 s (request latency; event-to-stream lag). */
+const SECONDS = MetricBoundaries.fromIterable([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
+
+export const httpRequestsTotal = Metric.counter("http_requests_total", {
+  description: "HTTP requests answered, by operation (the HttpApi endpoint's name), method and status",
+  incremental: true
+})
+
+export const httpRequestDuration = Metric.histogram(
+  "http_request_duration_seconds",
+  SECONDS,
+  "Time to answer an HTTP request (until the response starts: an event stream's life is not counted), by operation"
+)
+
+export const runTransitionsTotal = Metric.counter("run_transitions_total", {
+  description: "Committed changes of a run's status, by from and to (admission: from=\"none\", to=\"queued\")",
+  incremental: true
+})
+
+export const runEventsTotal = Metric.counter("run_events_total", {
+  description: "Committed run events, by type",
+  incremental: true
+})
+
+export const cellsActive = Metric.gauge("cells_active", { description: "Cells running in this process" })
+
+export const runActorsActive = Metric.gauge("run_actors_active", { description: "Run actors running in this process" })
+
+export const eventStreamLag = Metric.histogram(
+  "event_stream_lag_seconds",
+  SECONDS,
+  "Time from a run event's commit (its created_at) to its frame being written to an SSE stream"
+)
+
+/** One answered request. */
+export const recordRequest = (operation: string, method: string, status: number, seconds: number): Effect.Effect<void> =>
+  Effect.zipRight(
+    Metric.increment(
+      Metric.taggedWithLabels(httpRequestsTotal, [
+        MetricLabel.make("operation", operation),
+        MetricLabel.make("method", method),
+        MetricLabel.make("status", String(status))
+      ])
+    ),
+    Metric.update(Metric.tagged(httpRequestDuration, "operation", operation), seconds)
+  )
+
+/** A committed run change: its events in order, and the status changes they report. */
+export const recordRunCommit = (
+  from: string,
+  events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }>
+): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const updates: Array<Effect.Effect<void>> = []
+    let status = from
+    for (const e of events) {
+      updates.push(Metric.increment(Metric.tagged(runEventsTotal, "type", e.type)))
+      const to = e.data["status"]
+      if (typeof to === "string" && to !== status) {
+        updates.push(
+          Metric.increment(
+            Metric.taggedWithLabels(runTransitionsTotal, [MetricLabel.make("from", status), MetricLabel.make("to", to)])
+          )
+        )
+        status = to
+      }
+    }
+    return Effect.all(updates, { discard: true })
+  })
+
+/** Counts `effect` in `gauge` while it runs (a cell's life, a run actor's). */
+export const trackActive = <A, E, R>(gauge: Metric.Metric.Gauge<number>, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.acquireUseRelease(Metric.increment(gauge), () => effect, () => Metric.incrementBy(gauge, -1))
+
+/** One event frame written to an SSE stream, committed at `createdAt`, now `nowMillis`. */
+export const recordStreamLag = (createdAt: Date, nowMillis: number): Effect.Effect<void> =>
+  Metric.update(eventStreamLag, Math.max(0, nowMillis - createdAt.getTime()) / 1000)
+
+/** Counts the current scope in `gauge` until it closes (a cell's life). */
+export const activeInScope = (gauge: Metric.Metric.Gauge<number>) =>
+  Effect.acquireRelease(Metric.increment(gauge), () => Metric.incrementBy(gauge, -1))

@@ -1,0 +1,125 @@
+/**
+ * Prometheus metrics at `GET /metrics` (issue 15, deliverable 4): the operator token guards it,
+ * the text format, and a scripted run moving the counters (request counts and latency of
+ * `createRun`, the run's transitions and events). Effect's metrics are global to the process, so
+ * the test compares two scrapes, never absolute values.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Metric, MetricBoundaries } from "effect"
+import { operationOf } from "../src/Edge/Metrics.js"
+import { render } from "../src/Observability/Prometheus.js"
+import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
+import { readSse, request } from "./support/Client.js"
+import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
+import { isTerminal, scriptedSandbox } from "./support/Sandboxes.js"
+import { eventually } from "./support/Waiting.js"
+
+const scrape = Effect.map(request("GET", "/metrics", { key: OPERATOR_TOKEN }), (r) => {
+  expect(r.status, r.text).toBe(200)
+  return r.text
+})
+
+/** The value of the sample `name{labels}` (labels in any order), 0 when absent. */
+const sample = (text: string, name: string, labels: Record<string, string> = {}) => {
+  let total = 0
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line)
+    if (m === null || m[1] !== name) continue
+    const have = Object.fromEntries([...(m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1], l[2]]))
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) total += Number(m[3])
+  }
+  return total
+}
+
+describe("metrics", () => {
+  it("operations are the HttpApi endpoints' names, never raw paths", () => {
+    expect(operationOf("POST", "/v1/tenants/ten_1/environments/sandbox/conversations/conv_1/runs").operation).toBe("createRun")
+    expect(operationOf("GET", "/v1/tenants/ten_1/environments/sandbox/runs/run_1?x=1")).toEqual({
+      operation: "getRun",
+      params: { tenant_id: "ten_1", environment: "sandbox", run_id: "run_1" }
+    })
+    expect(operationOf("HEAD", "/healthz").operation).toBe("healthz")
+    expect(operationOf("GET", "/metrics").operation).toBe("metrics")
+    expect(operationOf("GET", "/v1/tenants/ten_1/nothing/here").operation).toBe("unmatched")
+    expect(operationOf("BREW", "/healthz").operation).toBe("unmatched")
+  })
+
+  it.effect("renders counters, gauges and cumulative histogram buckets with escaped labels", () =>
+    Effect.gen(function*() {
+      const counter = Metric.counter("test_render_total", { description: "a counter" })
+      yield* Metric.increment(Metric.tagged(counter, "path", "a\"b\\c"))
+      yield* Metric.set(Metric.gauge("test_render_gauge"), 3)
+      const histogram = Metric.histogram("test_render_seconds", MetricBoundaries.fromIterable([1, 2]))
+      for (const v of [0.5, 1.5, 1.5, 9]) yield* Metric.update(histogram, v)
+      const pairs = (yield* Metric.snapshot).filter((p) => p.metricKey.name.startsWith("test_render"))
+      expect(render(pairs)).toBe([
+        "# TYPE test_render_gauge gauge",
+        "test_render_gauge 3",
+        "# TYPE test_render_seconds histogram",
+        "test_render_seconds_bucket{le=\"1\"} 1",
+        "test_render_seconds_bucket{le=\"2\"} 3",
+        "test_render_seconds_bucket{le=\"+Inf\"} 4",
+        "test_render_seconds_sum 12.5",
+        "test_render_seconds_count 4",
+        "# HELP test_render_total a counter",
+        "# TYPE test_render_total counter",
+        "test_render_total{path=\"a\\\"b\\\\c\"} 1",
+        ""
+      ].join("\n"))
+    }))
+
+  it.live("/metrics needs the operator token; a scripted run moves the counters", () =>
+    Effect.gen(function*() {
+      const anonymous = yield* request("GET", "/metrics")
+      expect(anonymous.status).toBe(401)
+      expectErrorCode(anonymous, 401, "invalid_operator_token")
+      const wrong = yield* request("GET", "/metrics", { key: "op_wrong" })
+      expectErrorCode(wrong, 401, "invalid_operator_token")
+
+      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 1 }, { type: "text", text: "You said: {{input}}" }])
+      const conv = yield* s.conversation()
+      const first = yield* request("GET", "/metrics", { key: OPERATOR_TOKEN })
+      expect(first.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/)
+      const before = first.text
+      expect(before).toMatch(/^# TYPE http_requests_total counter$/m)
+      expect(before).toMatch(/^# TYPE http_request_duration_seconds histogram$/m)
+
+      const accepted = expectSingle(yield* s.startRun(conv.id, "hello"), 202)
+      // Followed on an SSE stream: the events that arrive while it is open (at least the last,
+      // after the model's 1 s) have their lag from the commit measured; the history it starts with not.
+      const app = yield* TestApp
+      const streamed = yield* readSse(`${app.baseUrl}${s.P}/runs/${accepted.id}/events/stream`, {
+        authorization: `Bearer ${s.key}`,
+        accept: "text/event-stream"
+      })
+      expect(streamed.frames.map((f) => f.event)).toEqual(["run.queued", "run.started", "run.message", "run.succeeded"])
+      const run = yield* eventually(s.getRun(accepted.id), (r) => isTerminal(r.status))
+      expect(run.status).toBe("succeeded")
+      const after = yield* scrape
+
+      const created = { operation: "createRun", method: "POST", status: "202" }
+      expect(sample(after, "http_requests_total", created) - sample(before, "http_requests_total", created)).toBe(1)
+      const latency = { operation: "createRun", le: "+Inf" }
+      expect(
+        sample(after, "http_request_duration_seconds_bucket", latency) - sample(before, "http_request_duration_seconds_bucket", latency)
+      )
+        .toBe(1)
+      expect(after).toMatch(/^http_request_duration_seconds_bucket\{operation="createRun",le="0\.005"\} \d+$/m)
+      expect(sample(after, "http_request_duration_seconds_count", { operation: "createRun" })).toBeGreaterThan(0)
+
+      const delta = (name: string, labels: Record<string, string>) => sample(after, name, labels) - sample(before, name, labels)
+      expect(delta("run_transitions_total", { from: "none", to: "queued" })).toBeGreaterThanOrEqual(1)
+      expect(delta("run_transitions_total", { from: "queued", to: "running" })).toBeGreaterThanOrEqual(1)
+      expect(delta("run_transitions_total", { from: "running", to: "succeeded" })).toBeGreaterThanOrEqual(1)
+      expect(delta("run_events_total", { type: "run.succeeded" })).toBeGreaterThanOrEqual(1)
+      expect(delta("run_events_total", { type: "run.message" })).toBeGreaterThanOrEqual(1)
+      const lagged = delta("event_stream_lag_seconds_count", {})
+      expect(lagged).toBeGreaterThanOrEqual(1)
+      expect(lagged).toBeLessThanOrEqual(3) // run.queued was history when the stream opened
+      expect(sample(after, "cells_active")).toBeGreaterThanOrEqual(1)
+      expect(after).toMatch(/^# TYPE run_actors_active gauge$/m)
+      // no raw path with ids as a label
+      expect(after).not.toContain(accepted.id)
+      expect(after).not.toContain(s.tenantId)
+    }).pipe(Effect.provide(makeTestApp())), 20_000)
+})
