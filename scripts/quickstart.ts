@@ -1,5 +1,6 @@
 /**
- * The first-run path of contract part 1, over HTTP only, as a new customer's server does it:
+ * The first-run path of contract part 1, over HTTP only, as a new customer's server does it (the
+ * /v1 calls through the typed client, `agent-platform/client`):
  * create a conversation on the quickstart revision, start a run, stream its events, read the run
  * (it must be `succeeded`) and the usage.
  *
@@ -13,11 +14,12 @@
  * AGENT_PLATFORM_URL defaults to the service running on DATA_DIR (DATA_DIR/service.json), else
  * http://127.0.0.1:$PORT (8080). Exits 1 unless the run succeeded.
  */
-import { randomUUID } from "node:crypto"
+import { FetchHttpClient } from "@effect/platform"
+import { Effect, Stream } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import * as AgentPlatformClient from "../src/Client/index.js"
 import { dataDirOf, readSandboxFile, serviceUrl } from "../src/Operator/LocalFiles.js"
-import { forEachRunEvent } from "./lib/RunEvents.js"
 
 const base = serviceUrl(process.env.AGENT_PLATFORM_URL)
 
@@ -26,14 +28,13 @@ const fail = (message: string): never => {
   process.exit(1)
 }
 
-const call = async (method: string, url: string, token: string, body?: unknown, headers: Record<string, string> = {}) => {
+/** A call of the operator plane (the customer's /v1 calls go through the typed client). */
+const call = async (method: string, url: string, token: string, body?: unknown) => {
   const res = await fetch(`${base}${url}`, {
     method,
     headers: {
       authorization: `Bearer ${token}`,
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...(method === "POST" && url.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {}),
-      ...headers
+      ...(body !== undefined ? { "content-type": "application/json" } : {})
     },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {})
   }).catch((e) => fail(`Cannot reach ${base}: ${String(e)}. Is the service running (npm start)?`))
@@ -74,15 +75,14 @@ const provisioned = (): Customer | undefined => {
   return { key: sandbox.api_key, tenantId: sandbox.tenant_id, workspaceId: sandbox.workspace_id, revisionId: sandbox.agent_revision_id }
 }
 
-/** Prints the events of the SSE stream until it ends (after the terminal event). */
-const streamEvents = async (url: string, key: string) => {
-  const res = await fetch(`${base}${url}`, { headers: { authorization: `Bearer ${key}`, accept: "text/event-stream" } })
-  if (!res.ok || !res.body) fail(`GET ${url} -> ${res.status} ${await res.text()}`)
-  await forEachRunEvent(res, (event) => {
-    const detail = event.type === "run.message" ? ` ${JSON.stringify(event.data.content)}` : ""
-    console.log(`  event ${event.sequence} ${event.type}${detail}`)
+/** Runs one call of the typed client; exits 1 with its error (the D3 envelope's code and message). */
+const customerCall = <A, E>(what: string, effect: Effect.Effect<A, E>): Promise<A> =>
+  Effect.runPromise(Effect.either(effect)).then((result) => {
+    if (result._tag === "Right") return result.right
+    const error: any = result.left
+    if (error?._tag === "RequestError") fail(`Cannot reach ${base}: ${String(error)}. Is the service running (npm start)?`)
+    return fail(`${what} -> ${error?._tag ?? "error"} ${error?.code ?? ""} ${error?.message ?? String(error)}`)
   })
-}
 
 const main = async () => {
   const given = process.env.AGENT_PLATFORM_KEY
@@ -94,23 +94,42 @@ const main = async () => {
       revisionId: process.env.AGENT_REVISION_ID ?? fail("AGENT_REVISION_ID is required with AGENT_PLATFORM_KEY")
     }
     : provisioned() ?? await playConsole()
-  const P = `/v1/tenants/${customer.tenantId}/environments/sandbox`
-  const conversation = await call("POST", `${P}/conversations`, customer.key, {
-    workspace_id: customer.workspaceId,
-    agent_revision_id: customer.revisionId
-  })
-  console.log(`conversation ${conversation.json.data.id}`)
-  const run = await call("POST", `${P}/conversations/${conversation.json.data.id}/runs`, customer.key, {
-    input: [{ type: "text", text: "Hello, platform!" }]
-  })
-  console.log(`run ${run.json.data.id}: ${run.status} ${run.json.data.status} (Location: ${run.headers.get("location")})`)
-  await streamEvents(`${P}/runs/${run.json.data.id}/events/stream`, customer.key)
-  const final = await call("GET", `${P}/runs/${run.json.data.id}`, customer.key)
-  console.log(`run ${final.json.data.id}: ${final.json.data.status}`)
-  console.log(`output: ${JSON.stringify(final.json.data.output)}`)
-  const usage = await call("GET", `${P}/usage`, customer.key)
-  console.log(`usage: ${JSON.stringify(usage.json.data.totals)}`)
-  if (final.json.data.status !== "succeeded") fail(`the run ended ${final.json.data.status}: ${final.json.data.status_reason}`)
+  const client = await Effect.runPromise(
+    AgentPlatformClient.make({ baseUrl: base, apiKey: customer.key, tenantId: customer.tenantId, environment: "sandbox" })
+      .pipe(Effect.provide(FetchHttpClient.layer))
+  )
+  const conversation = await customerCall(
+    "createConversation",
+    client.conversations.createConversation({
+      payload: { workspace_id: customer.workspaceId, agent_revision_id: customer.revisionId }
+    })
+  )
+  console.log(`conversation ${conversation.id}`)
+  const [admitted, response] = await customerCall(
+    "createRun",
+    client.runs.createRun({
+      path: { conversation_id: conversation.id },
+      payload: { input: [{ type: "text", text: "Hello, platform!" }] },
+      withResponse: true
+    })
+  )
+  const run = "_tag" in admitted ? admitted.run : admitted
+  console.log(`run ${run.id}: ${response.status} ${run.status} (Location: ${response.headers["location"]})`)
+  // Prints the events of the SSE stream until it ends (after the terminal event).
+  await customerCall(
+    "streamRunEvents",
+    Stream.runForEach(client.streamRunEvents(run.id), (event) =>
+      Effect.sync(() => {
+        const detail = event.type === "run.message" ? ` ${JSON.stringify(event.data.content)}` : ""
+        console.log(`  event ${event.sequence} ${event.type}${detail}`)
+      }))
+  )
+  const final = await customerCall("getRun", client.runs.getRun({ path: { run_id: run.id } }))
+  console.log(`run ${final.id}: ${final.status}`)
+  console.log(`output: ${JSON.stringify(final.output)}`)
+  const usage = await customerCall("getUsage", client.usage.getUsage())
+  console.log(`usage: ${JSON.stringify(usage.totals)}`)
+  if (final.status !== "succeeded") fail(`the run ended ${final.status}: ${final.status_reason}`)
 }
 
 await main()
