@@ -65,7 +65,9 @@ describe("runs: time budgets (TestClock)", () => {
           yield* eventually(s.getRun(run.id), (r) => r.status === "running")
           const ended = yield* advanceUntil("10 seconds", s.getRun(run.id), (r) => isTerminal(r.status), 20)
           expect(ended).toMatchObject({ status: "expired", status_reason: "authorization_expired" })
-          expect(Date.parse(ended.completed_at) - Date.parse(ended.created_at)).toBeLessThanOrEqual(130_000)
+          // ended at the 2 min authorization, long before the 5 min execution budget; the stamp is the
+          // test clock when the commit ran, which a loaded machine may reach a few 10 s steps later
+          expect(Date.parse(ended.completed_at) - Date.parse(ended.created_at)).toBeLessThan(200_000)
         })
       ),
     60_000
