@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 
@@ -28,6 +29,17 @@ const run = (dataDir: string, args: ReadonlyArray<string>) =>
   )
 
 describe("first run from a second terminal (issue 15)", () => {
+  it.live("the operator CLI's help, piped: plain text, every command with a description", () =>
+    Effect.gen(function*() {
+      const help = yield* run(fs.mkdtempSync(path.join(os.tmpdir(), "cli-help-")), ["src/Operator/Cli.ts", "--help"])
+      expect(help.code, help.stderr).toBe(0)
+      expect(help.stdout).not.toContain("\x1b[")
+      for (const command of ["provision-sandbox", "apply-pilot", "approve-pilot", "create-key", "quickstart"]) {
+        const line = help.stdout.split("\n").find((l) => l.includes(`- ${command} `))
+        expect(line, command).toMatch(/\S\s{2,}[A-Z][a-z]+\W/) // usage, then its description
+      }
+    }), 60_000)
+
   it.live(
     "the CLI and quickstart find the service through DATA_DIR; quickstart uses the provisioned sandbox",
     () =>

@@ -68,13 +68,13 @@ const applyPilot = Command.make(
   "apply-pilot",
   { url, organization, email },
   (o) => Effect.flatMap(call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }), print)
-)
+).pipe(Command.withDescription("Submit a pilot application for an organization; prints the application"))
 
 const approvePilot = Command.make(
   "approve-pilot",
   { url, id: Args.text({ name: "application-id" }) },
   (o) => Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), print)
-)
+).pipe(Command.withDescription("Approve a pilot application: makes its tenant and sandbox environment; prints them"))
 
 const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
   name: o.name,
@@ -89,7 +89,7 @@ const createKey = Command.make(
       call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)),
       print
     )
-)
+).pipe(Command.withDescription("Create an API key for a tenant's environment; its secret is printed once"))
 
 const quickstartPath = (tenantId: string, env: string) => `/tenants/${encodeURIComponent(tenantId)}/environments/${env}/quickstart`
 
@@ -128,7 +128,11 @@ const provisionSandbox = Command.make("provision-sandbox", { url, organization, 
       `\nThe key secret is shown once (also kept in ${dataDirOf()}/sandbox.json for npm run quickstart). Try:\n` +
         `  curl -H "Authorization: Bearer ${key.secret}" ${rootOf(o.url)}/v1/tenants`
     )
-  }))
+  })).pipe(
+    Command.withDescription(
+      "Apply, approve and make the first key in one go; prints the tenant, the key (secret once) and the quickstart ids"
+    )
+  )
 
 const operator = Command.make("operator").pipe(
   Command.withDescription("Agent Platform operator plane"),
@@ -137,7 +141,23 @@ const operator = Command.make("operator").pipe(
 
 const cli = Command.run(operator, { name: "agent-platform operator", version: "0.1.0" })
 
+/** Off a terminal (piped, redirected) or with NO_COLOR, output is plain text: no ANSI escapes. */
+const plain = !process.stdout.isTTY || (process.env.NO_COLOR ?? "") !== ""
+const ANSI = /\x1b\[[0-9;]*m/g
+const unstyled = (args: ReadonlyArray<unknown>) => args.map((a) => (typeof a === "string" ? a.replace(ANSI, "") : a))
+const plainOf = (current: Console.Console): Console.Console => ({
+  ...current,
+  log: (...args) => current.log(...unstyled(args)),
+  error: (...args) => current.error(...unstyled(args)),
+  unsafe: {
+    ...current.unsafe,
+    log: (...args) => current.unsafe.log(...unstyled(args)),
+    error: (...args) => current.unsafe.error(...unstyled(args))
+  }
+})
+
 cli(process.argv).pipe(
+  (program) => (plain ? Console.consoleWith((current) => Console.withConsole(program, plainOf(current))) : program),
   Effect.catchIf((e): e is CliError => e instanceof CliError, (e) =>
     Effect.zipRight(
       Console.error(e.message),
