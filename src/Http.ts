@@ -98,6 +98,15 @@ export const ServicesLive = Layer.mergeAll(
   Invoker.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
+/**
+ * `/docs` (Scalar): bearer authentication with a service key preselected, so "Test request" sends
+ * `Authorization: Bearer` once a key is pasted. Scalar reads `authentication` from the same
+ * configuration; @effect/platform's type lists only its display options, and passes the rest on.
+ */
+const DOCS_CONFIG = {
+  authentication: { preferredSecurityScheme: "ServiceKey" }
+} as unknown as HttpApiScalar.ScalarConfig
+
 /** The `/v1` routes, for 404/405 before authentication (the OpenAPI document is served beside the HttpApi). */
 const V1_ROUTES = routesOf(Api, [{ method: "GET", path: "/v1/openapi.json" }])
 
@@ -114,7 +123,7 @@ const ServeLive = HttpApiBuilder.httpApp.pipe(
 export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
   Layer.provide(ReconcilerLive),
-  Layer.provide(HttpApiScalar.layer({ path: "/docs" })),
+  Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),
   Layer.provide(DecodeErrorsLive),

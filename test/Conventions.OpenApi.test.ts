@@ -150,6 +150,9 @@ layer(makeTestApp(), { excludeTestServices: true })("OpenAPI document and system
       expect(docs.status).toBe(200)
       expect(docs.headers.get("content-type")).toMatch(/^text\/html/)
       expect(docs.text.toLowerCase()).toContain("<html")
+      // bearer authentication with the service key scheme preselected (issue 15)
+      const configuration = docs.text.match(/dataset\.configuration = JSON\.stringify\((\{.*?\})\)/s)?.[1]
+      expect(JSON.parse(configuration!).authentication).toEqual({ preferredSecurityScheme: "ServiceKey" })
       expectCommonHeaders(docs)
       for (const path of ["/healthz", "/readyz"]) {
         const res = yield* request("GET", path)
