@@ -1,6 +1,6 @@
 /**
  * The layer check (`npm run lint:layers`, run by CI): the folder-level import graph of `src/` must
- * have no cycle, and every import must point down the layers the README's map describes.
+ * have no cycle, and every import must point down the layers docs/architecture.md describes.
  *
  * A unit is a top-level folder `src/X/` together with its service file `src/X.ts`; the composition
  * roots (`main.ts`, `Api.ts`, `Http.ts`) are left out. Imports are read as text (static `import`

@@ -1,5 +1,5 @@
 /**
- * The README's first run from a second terminal (issue 15): with the service started on a
+ * The first run (README, docs/first-run.md) from a second terminal (issue 15): with the service started on a
  * non-default PORT, the operator CLI and `npm run quickstart` need only the same DATA_DIR (the
  * service leaves its address in DATA_DIR/service.json), and quickstart runs on the sandbox
  * `provision-sandbox` made instead of provisioning another tenant.
