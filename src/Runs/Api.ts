@@ -121,7 +121,10 @@ export class EventsApi extends HttpApiGroup.make("events")
     HttpApiEndpoint.get("streamRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events/stream`
       .annotate(OpenApi.Summary, "Stream a run's events")
       .setHeaders(Schema.Struct({
-        accept: Schema.optional(Schema.String).annotations({ description: "Must accept text/event-stream" }),
+        accept: Schema.optional(Schema.String).annotations({
+          description: "Optional; when sent, it must accept `text/event-stream` (or `*/*`), else 400 " +
+            "`accept_event_stream_required` (param `accept`)"
+        }),
         "last-event-id": Schema.optional(Schema.String).annotations({ description: "Resume after this event id" })
       }))
       .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String) }))
