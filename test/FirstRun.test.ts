@@ -55,10 +55,16 @@ describe("first run from a second terminal (issue 15)", () => {
           "--organization",
           "First Run",
           "--email",
-          "ops@first.test"
+          "ops@first.test",
+          "--json"
         ])
         expect(provisioned.code, provisioned.stderr).toBe(0)
         const sandbox = JSON.parse(provisioned.stdout)
+        // without --json: what a person reads, `key: value` lines
+        const readable = yield* run(server.dataDir, ["src/Operator/Cli.ts", "quickstart", "--tenant", sandbox.tenant_id])
+        expect(readable.code, readable.stderr).toBe(0)
+        expect(readable.stdout).toMatch(/^workspace_id: ws_\w+$/m)
+        expect(readable.stdout).not.toContain("{")
         expect(sandbox.tenant_id).toMatch(/^ten_/)
         const stored = fs.statSync(path.join(server.dataDir, "sandbox.json"))
         expect(stored.mode & 0o777).toBe(0o600)

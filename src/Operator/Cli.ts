@@ -52,7 +52,19 @@ const call = (base: Option.Option<string>, method: string, path: string, body?: 
     return json as any
   })
 
-const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
+const json = Options.boolean("json").pipe(Options.withDescription("Print the answer as JSON (for scripts)"))
+
+/** `key: value` lines, nested objects indented (what a person reads); `--json`: the JSON itself. */
+const readable = (value: unknown, indent = ""): string =>
+  value !== null && typeof value === "object"
+    ? Object.entries(value).map(([k, v]) =>
+      v !== null && typeof v === "object" && Object.keys(v).length > 0
+        ? `${indent}${k}:\n${readable(v, `${indent}  `)}`
+        : `${indent}${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`
+    ).join("\n")
+    : `${indent}${String(value)}`
+
+const printer = (asJson: boolean) => (value: unknown) => Console.log(asJson ? JSON.stringify(value, null, 2) : readable(value))
 
 const organization = Options.text("organization").pipe(Options.withDescription("Organization name"))
 const email = Options.text("email").pipe(Options.withDescription("Contact email"))
@@ -66,14 +78,18 @@ const scopes = Options.text("scopes").pipe(
 
 const applyPilot = Command.make(
   "apply-pilot",
-  { url, organization, email },
-  (o) => Effect.flatMap(call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }), print)
+  { url, organization, email, json },
+  (o) =>
+    Effect.flatMap(
+      call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email }),
+      printer(o.json)
+    )
 ).pipe(Command.withDescription("Submit a pilot application for an organization; prints the application"))
 
 const approvePilot = Command.make(
   "approve-pilot",
-  { url, id: Args.text({ name: "application-id" }) },
-  (o) => Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), print)
+  { url, json, id: Args.text({ name: "application-id" }) },
+  (o) => Effect.flatMap(call(o.url, "POST", `/pilot-applications/${encodeURIComponent(o.id)}/approve`), printer(o.json))
 ).pipe(Command.withDescription("Approve a pilot application: makes its tenant and sandbox environment; prints them"))
 
 const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
@@ -83,11 +99,11 @@ const keyBody = (o: { name: string; scopes: Option.Option<string> }) => ({
 
 const createKey = Command.make(
   "create-key",
-  { url, tenant, environment, name, scopes },
+  { url, tenant, environment, name, scopes, json },
   (o) =>
     Effect.flatMap(
       call(o.url, "POST", `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}/api-keys`, keyBody(o)),
-      print
+      printer(o.json)
     )
 ).pipe(Command.withDescription("Create an API key for a tenant's environment; its secret is printed once"))
 
@@ -95,19 +111,19 @@ const quickstartPath = (tenantId: string, env: string) => `/tenants/${encodeURIC
 
 const quickstart = Command.make(
   "quickstart",
-  { url, tenant, environment },
-  (o) => Effect.flatMap(call(o.url, "GET", quickstartPath(o.tenant, o.environment)), print)
+  { url, tenant, environment, json },
+  (o) => Effect.flatMap(call(o.url, "GET", quickstartPath(o.tenant, o.environment)), printer(o.json))
 ).pipe(
   Command.withDescription("Print the environment's quickstart: service actor, workspace and no-tools agent revision")
 )
 
-const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes }, (o) =>
+const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes, json }, (o) =>
   Effect.gen(function*() {
     const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
     const approval = yield* call(o.url, "POST", `/pilot-applications/${application.id}/approve`)
     const key = yield* call(o.url, "POST", `/tenants/${approval.tenant_id}/environments/sandbox/api-keys`, keyBody(o))
     const ids = yield* call(o.url, "GET", quickstartPath(approval.tenant_id, "sandbox"))
-    yield* print({
+    yield* printer(o.json)({
       pilot_application_id: application.id,
       tenant_id: approval.tenant_id,
       environment: "sandbox",
