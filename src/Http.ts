@@ -19,7 +19,7 @@ import { Idempotency } from "./Edge/Idempotency.js"
 import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { pipeline } from "./Edge/Pipeline.js"
-import { routesOf } from "./Edge/Routes.js"
+import { ROUTES } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
@@ -107,15 +107,12 @@ const DOCS_CONFIG = {
   authentication: { preferredSecurityScheme: "ServiceKey" }
 } as unknown as HttpApiScalar.ScalarConfig
 
-/** The `/v1` routes, for 404/405 before authentication (the OpenAPI document is served beside the HttpApi). */
-const V1_ROUTES = routesOf(Api, [{ method: "GET", path: "/v1/openapi.json" }])
-
 /** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
 // response after the pipeline has added its headers and stored idempotent results.
 const ServeLive = HttpApiBuilder.httpApp.pipe(
   // Request metrics wrap the pipeline, so every answer is counted and timed.
-  Effect.map((app) => HttpServer.serve(requestMetrics(pipeline(V1_ROUTES)(app)))),
+  Effect.map((app) => HttpServer.serve(requestMetrics(pipeline(ROUTES)(app)))),
   Layer.unwrapEffect,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )

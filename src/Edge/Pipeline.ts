@@ -191,34 +191,47 @@ const transactional = <E, R>(
     return instead.value
   })
 
+/** The address's limit is spent and the key is not known to it: no lookup at all. */
+class ClientExhausted extends Data.TaggedError("ClientExhausted")<{
+  readonly decision: { readonly retryAfterSeconds: number }
+}> {}
+
+/**
+ * The key (an address whose limit is spent is refused unless it is known to it), then the cell's
+ * admission: sets the principal and the RateLimit headers, and gives the cell's decision.
+ */
+const admit = (state: RequestState, address: string) =>
+  Effect.gen(function*() {
+    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
+    const clients = yield* ClientLimiter
+    const exhausted = yield* clients.refused(address)
+    if (exhausted !== undefined && !(yield* clients.known(credential))) return yield* new ClientExhausted({ decision: exhausted })
+    const principal = yield* (yield* Auth).authenticate(credential).pipe(
+      Effect.tapError(() => clients.spend(address))
+    )
+    if (credential !== undefined) yield* clients.vouch(credential)
+    state.principal = principal
+    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
+    state.headers["ratelimit-policy"] = rate.policy
+    state.headers["ratelimit"] = rate.state
+    return { principal, rate }
+  })
+
 /** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
 const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState, address: string) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const config = yield* AppConfig
-    const clients = yield* ClientLimiter
-    const auth = yield* Auth
-    const cells = yield* Cells
 
-    const refusedClient = (decision: { readonly retryAfterSeconds: number; readonly remaining: number; readonly resetSeconds: number }) => {
-      state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
-      return new RateLimited({
-        code: "rate_limited",
-        message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
+    const { principal, rate } = yield* admit(state, address).pipe(
+      Effect.catchTag("ClientExhausted", ({ decision }) => {
+        state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
+        return new RateLimited({
+          code: "rate_limited",
+          message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
+        })
       })
-    }
-    const credential = request.headers["authorization"]
-    const exhausted = yield* clients.refused(address)
-    if (exhausted !== undefined && !(yield* clients.known(credential))) return yield* refusedClient(exhausted)
-    const principal = yield* auth.authenticate(credential).pipe(
-      Effect.tapError(() => clients.spend(address))
     )
-    if (credential !== undefined) yield* clients.vouch(credential)
-    state.principal = principal
-
-    const rate = yield* cells.send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
-    state.headers["ratelimit-policy"] = rate.policy
-    state.headers["ratelimit"] = rate.state
     if (!rate.allowed) {
       state.headers["retry-after"] = String(rate.retryAfterSeconds)
       return yield* new RateLimited({
@@ -296,20 +309,13 @@ const routed = (routes: ReadonlyArray<Route>, method: string, path: string, stat
 
 /**
  * D4 on a routing error: a request with a valid key still gets its cell's RateLimit headers (and
- * spends from its limit, as any request does). Best effort, and never changes the answer: a bad
- * key spends from its address's limit, and an exhausted address is not looked up at all.
+ * spends from its limit, as any request does). Best effort, and never changes the answer.
  */
 const rateStateOnRoutingError = (state: RequestState, address: string) =>
-  Effect.gen(function*() {
-    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
-    if (credential === undefined) return
-    const clients = yield* ClientLimiter
-    if ((yield* clients.refused(address)) !== undefined && !(yield* clients.known(credential))) return
-    const principal = yield* (yield* Auth).authenticate(credential).pipe(Effect.tapError(() => clients.spend(address)))
-    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
-    state.headers["ratelimit-policy"] = rate.policy
-    state.headers["ratelimit"] = rate.state
-  }).pipe(Effect.ignore)
+  Effect.flatMap(
+    HttpServerRequest.HttpServerRequest,
+    (request) => request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(state, address))
+  )
 
 /** The pipeline around the app serving `routes` (the HttpApi's `/v1` routes, `routesOf`). */
 export const pipeline = (routes: ReadonlyArray<Route>) =>

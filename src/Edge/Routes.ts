@@ -1,44 +1,88 @@
 /**
- * The `/v1` routes of the HttpApi, for answering a wrong URL or method before anything that
- * depends on the key (issue 15, D19 "routing before authentication"): a path no operation has is
- * 404 `route_not_found`; a path some operation has, with another method, is 405
- * `method_not_allowed` with `Allow` listing the methods it has. Built once from the HttpApi
- * definition, so a route added later is known without editing this file.
+ * The routes of the HttpApi, read once from its definition (so a route added later is known without
+ * editing this file), for what must be known of a request before it reaches the router:
+ *   - the pipeline answers a `/v1` path no operation has with 404 `route_not_found`, and a path
+ *     some operation has, with another method, with 405 `method_not_allowed` and `Allow`, before
+ *     anything that depends on the key (issue 15, D19 "routing before authentication");
+ *   - request metrics label a request with its operation (the endpoint's name, `createRun`) and
+ *     annotate its logs with the path's `tenant_id`, never with a raw path's ids.
+ * Matching is the router's: segment by segment, and where two routes differ first, the static
+ * segment wins over a parameter.
  */
 import { HttpApi } from "@effect/platform"
 
+import { Api } from "../Api.js"
+
 export interface Route {
   readonly method: string
-  readonly pattern: RegExp
+  readonly operation: string
+  /** a static segment, or null for a parameter (its name in `params`) */
+  readonly segments: ReadonlyArray<string | null>
+  readonly params: ReadonlyArray<string | undefined>
 }
 
 export type RouteMatch =
-  | { readonly _tag: "Found" }
+  | { readonly _tag: "Found"; readonly operation: string; readonly params: Record<string, string> }
   | { readonly _tag: "NoRoute" }
   | { readonly _tag: "WrongMethod"; readonly allow: ReadonlyArray<string> }
 
-const patternOf = (path: string) =>
-  new RegExp(`^${path.split("/").map((s) => (s.startsWith(":") ? "[^/]+" : s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))).join("/")}$`)
+export const route = (method: string, path: string, operation: string): Route => {
+  const parts = path.split("/").slice(1)
+  return {
+    method,
+    operation,
+    segments: parts.map((p) => (p.startsWith(":") ? null : p)),
+    params: parts.map((p) => (p.startsWith(":") ? p.slice(1) : undefined))
+  }
+}
 
-/** The routes of `api`, with extra ones served beside it (the OpenAPI document). */
-export const routesOf = (api: HttpApi.HttpApi.Any, extra: ReadonlyArray<{ method: string; path: string }> = []) => {
-  const routes: Array<Route> = extra.map((r) => ({ method: r.method, pattern: patternOf(r.path) }))
+/** The routes of `api`, with extra ones served beside it (the OpenAPI document, /metrics, /docs). */
+export const routesOf = (api: HttpApi.HttpApi.Any, extra: ReadonlyArray<Route> = []): ReadonlyArray<Route> => {
+  const routes: Array<Route> = [...extra]
   HttpApi.reflect(api as any, {
     onGroup: () => undefined,
     onEndpoint: ({ endpoint }) => {
-      routes.push({ method: endpoint.method, pattern: patternOf(endpoint.path) })
+      routes.push(route(endpoint.method, endpoint.path, endpoint.name))
     }
   })
   return routes
 }
 
+const fits = (r: Route, parts: ReadonlyArray<string>) =>
+  r.segments.length === parts.length && r.segments.every((s, i) => (s === null ? parts[i] !== "" : s === parts[i]))
+
+/** Of the routes that fit, the router's choice: at the first segment where two differ, the static one. */
+const best = (candidates: ReadonlyArray<Route>): Route | undefined => {
+  let chosen: Route | undefined
+  for (const r of candidates) {
+    const differs = chosen === undefined ? -1 : r.segments.findIndex((s, i) => (s === null) !== (chosen!.segments[i] === null))
+    if (chosen === undefined || (differs >= 0 && r.segments[differs] !== null)) chosen = r
+  }
+  return chosen
+}
+
 /** How `method path` meets the routes (HEAD is served wherever GET is). */
 export const matchRoute = (routes: ReadonlyArray<Route>, method: string, path: string): RouteMatch => {
-  const here = routes.filter((r) => r.pattern.test(path))
+  const parts = path.split("/").slice(1)
+  const here = routes.filter((r) => fits(r, parts))
   if (here.length === 0) return { _tag: "NoRoute" }
-  const wanted = method === "HEAD" ? "GET" : method
-  if (here.some((r) => r.method === wanted)) return { _tag: "Found" }
-  const allow = [...new Set(here.map((r) => r.method))]
-  if (allow.includes("GET")) allow.push("HEAD")
-  return { _tag: "WrongMethod", allow }
+  const chosen = best(here.filter((r) => r.method === method)) ??
+    (method === "HEAD" ? best(here.filter((r) => r.method === "GET")) : undefined)
+  if (chosen === undefined) {
+    const allow = [...new Set(here.map((r) => r.method))]
+    if (allow.includes("GET")) allow.push("HEAD")
+    return { _tag: "WrongMethod", allow }
+  }
+  const params: Record<string, string> = {}
+  chosen.params.forEach((name, i) => {
+    if (name !== undefined) params[name] = parts[i]!
+  })
+  return { _tag: "Found", operation: chosen.operation, params }
 }
+
+/** The service's routes: the HttpApi's, and those served beside it (the OpenAPI document, /metrics, /docs). */
+export const ROUTES = routesOf(Api, [
+  route("GET", "/v1/openapi.json", "openapi"),
+  route("GET", "/metrics", "metrics"),
+  route("GET", "/docs", "docs")
+])
