@@ -1,5 +1,6 @@
 /**
- * Starting the service for real: `npm start` (`npx tsx src/main.ts`) with its embedded Postgres,
+ * Starting the service for real: `npm start` (its `prestart` compiles with tsc, then `node dist/main.js`)
+ * with its embedded Postgres,
  * the operator token generated once (or from OPERATOR_TOKEN), persistence across starts, a clean
  * SIGTERM shutdown that lets an in-flight request finish, and a non-zero exit when Postgres dies.
  */
@@ -61,19 +62,19 @@ interface Running {
 }
 
 /**
- * Process groups started by these tests (each `npx` leads its own); killed after each test, so a
- * failing test leaves no service or Postgres behind, even one orphaned by its `npx`.
+ * Process groups started by these tests (each `npm` leads its own); killed after each test, so a
+ * failing test leaves no service or Postgres behind, even one orphaned by its `npm`.
  */
 const started = new Set<number>()
 
-/** `npx tsx src/main.ts` with its own process group; resolves once it logs "listening on". */
+/** `npm start` with its own process group; resolves once it logs "listening on". */
 const startService = async (dataDir: string, env: Record<string, string> = {}): Promise<Running> => {
   const port = await freePort()
   const childEnv: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), DATA_DIR: dataDir, ...env }
   delete childEnv.DATABASE_URL // embedded Postgres
   if (env.OPERATOR_TOKEN === undefined) delete childEnv.OPERATOR_TOKEN
   delete childEnv.LOG_LEVEL
-  const child = spawn("npx", ["tsx", "src/main.ts"], {
+  const child = spawn("npm", ["start"], {
     cwd: repoRoot,
     env: childEnv,
     detached: true,
@@ -103,18 +104,19 @@ const startService = async (dataDir: string, env: Record<string, string> = {}): 
 }
 
 /**
- * The service process itself: the parent of the embedded postmaster. (`npx` and the `sh -c` it
+ * The service process itself: the parent of the embedded postmaster. (`npm` and the `sh -c` it
  * runs do not pass SIGTERM on, so a supervisor must signal the service, not the npm wrapper.)
  */
 const servicePid = (dataDir: string) => {
   const pid = parentOf(postmasterPid(dataDir))
-  expect(cmdline(pid)).toContain("src/main.ts")
+  // compiled JavaScript, no TypeScript loader (issue 15: production shape)
+  expect(cmdline(pid)).toMatch(/^node dist\/main\.js/)
   return pid
 }
 
 /**
  * SIGTERM to the service (unless `signalled` says it was already sent: a second SIGTERM is a
- * forced stop); the `npx` wrapper must exit with code 0 within 30 s, with Postgres stopped.
+ * forced stop); the `npm` wrapper must exit with code 0 within 30 s, with Postgres stopped.
  */
 const stopService = async (
   service: Running,
@@ -188,7 +190,7 @@ const partialRequest = async (port: number, method: string, urlPath: string, tok
   }
 }
 
-describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
+describe("npm start (node dist/main.js, embedded Postgres)", () => {
   let dataDir = ""
   let tokenFile = ""
   beforeAll(() => {
@@ -201,7 +203,7 @@ describe("npm start (npx tsx src/main.ts, embedded Postgres)", () => {
   const cleanup = async () => {
     for (const group of started) {
       try {
-        process.kill(-group, "SIGKILL") // the whole group: npx, tsx, the service, Postgres
+        process.kill(-group, "SIGKILL") // the whole group: npm, the service, Postgres
       } catch {
         // gone
       }
