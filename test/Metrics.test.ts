@@ -4,8 +4,9 @@
  * `createRun`, the run's transitions and events). Effect's metrics are global to the process, so
  * the test compares two scrapes, never absolute values.
  */
+import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Metric, MetricBoundaries } from "effect"
+import { Deferred, Effect, Fiber, Metric, MetricBoundaries } from "effect"
 import { operationOf } from "../src/Edge/Metrics.js"
 import { render } from "../src/Observability/Prometheus.js"
 import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
@@ -121,5 +122,27 @@ describe("metrics", () => {
       // no raw path with ids as a label
       expect(after).not.toContain(accepted.id)
       expect(after).not.toContain(s.tenantId)
+    }).pipe(Effect.provide(makeTestApp())), 20_000)
+
+  it.live("the database pool's gauges are read from the pool at each scrape", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const idle = yield* scrape
+      expect(sample(idle, "db_pool_max_connections")).toBe(5) // the test app's DB_POOL_SIZE
+      expect(idle).toMatch(/^# TYPE db_pool_waiting_requests gauge$/m)
+      const inUse = (text: string) => sample(text, "db_pool_connections", { state: "in_use" })
+      // Six transactions held open on a pool of five: five connections lent, one waits for one.
+      const release = yield* Deferred.make<void>()
+      const held = yield* Effect.forkDaemon(
+        Effect.all(Array.from({ length: 6 }, () => sql.withTransaction(Deferred.await(release))), { concurrency: "unbounded" })
+      )
+      const busy = yield* eventually(scrape, (text) => sample(text, "db_pool_waiting_requests") >= 1)
+      expect(inUse(busy)).toBe(5)
+      expect(sample(busy, "db_pool_connections", { state: "idle" })).toBe(0)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(held)
+      const after = yield* scrape
+      expect(sample(after, "db_pool_waiting_requests")).toBe(0)
+      expect(inUse(after)).toBeLessThan(5)
     }).pipe(Effect.provide(makeTestApp())), 20_000)
 })

