@@ -102,8 +102,11 @@ export const ServicesLive = Layer.mergeAll(
  * `/docs` (Scalar): bearer authentication with a service key preselected, so "Test request" sends
  * `Authorization: Bearer` once a key is pasted. Scalar reads `authentication` from the same
  * configuration; @effect/platform's type lists only its display options, and passes the rest on.
+ * The page loads nothing from elsewhere: Scalar is bundled, and its default fonts (from
+ * fonts.scalar.com) are off. `npm run check:docs` drives the page in headless Chromium.
  */
 const DOCS_CONFIG = {
+  withDefaultFonts: false,
   authentication: { preferredSecurityScheme: "ServiceKey" }
 } as unknown as HttpApiScalar.ScalarConfig
 
