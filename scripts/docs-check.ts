@@ -123,7 +123,7 @@ const main = async () => {
     console.log(`     ${path.join(OUT, "docs.png")}`)
 
     const sidebar = await page.locator("nav, aside").first().innerText()
-    const text = await page.evaluate(() => document.body.innerText)
+    const text = await page.locator("body").innerText()
     check(errors.length === 0, "the page renders without script errors", errors.join("\n"))
     const missing = doc.tags.map((t) => t.name).filter((name) => !sidebar.includes(name))
     check(missing.length === 0, `the sidebar lists all ${doc.tags.length} tags`, `missing: ${missing.join(", ")}`)

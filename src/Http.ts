@@ -21,6 +21,7 @@ import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { pipeline } from "./Edge/Pipeline.js"
 import { ROUTES } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
+import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
 import { Operator } from "./Operator.js"
@@ -113,10 +114,12 @@ const DOCS_CONFIG = {
 /** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
 // Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
 // response after the pipeline has added its headers and stored idempotent results.
+// The server's span around each request (named per operation, see Edge/Tracing.ts) wraps it all.
 const ServeLive = HttpApiBuilder.httpApp.pipe(
   // Request metrics wrap the pipeline, so every answer is counted and timed.
-  Effect.map((app) => HttpServer.serve(requestMetrics(pipeline(ROUTES)(app)))),
+  Effect.map((app) => HttpServer.serve(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app))))),
   Layer.unwrapEffect,
+  withRequestTracing,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
 )
 

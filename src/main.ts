@@ -1,7 +1,9 @@
 /**
  * Composition root: `npm start`. Config from the environment (see README), Postgres from
- * DATABASE_URL or embedded, migrations, then the HTTP server. SIGTERM/SIGINT interrupt the main
- * fiber: the server stops accepting, in-flight requests finish, the embedded Postgres stops.
+ * DATABASE_URL or embedded, migrations, then the HTTP server; OpenTelemetry traces when an
+ * `OTEL_EXPORTER_OTLP_*ENDPOINT` is set (docs/operations.md). SIGTERM/SIGINT interrupt the main
+ * fiber: the server stops accepting, in-flight requests finish, the embedded Postgres stops, the
+ * last spans are sent.
  */
 import { HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
@@ -12,6 +14,7 @@ import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { isLostConnection } from "./Database/Defects.js"
 import { ServerLive } from "./Edge/Server.js"
 import { HttpLive } from "./Http.js"
+import { TracingLive } from "./Observability/Tracing.js"
 import { localUrl, removeServiceFile, writeServiceFile } from "./Operator/LocalFiles.js"
 import { OperatorToken } from "./Operator/Token.js"
 
@@ -82,6 +85,8 @@ export const MainLive = Announce.pipe(
   Layer.provideMerge(DatabaseLive),
   Layer.provideMerge(Stopped),
   Layer.provide(AppConfig.layer),
+  // The tracer is set before anything that makes spans is built, and flushed after all has stopped.
+  Layer.provide(TracingLive),
   Layer.provide(LogLevelLive),
   Layer.provide(LogFormatLive)
 )

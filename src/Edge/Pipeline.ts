@@ -12,7 +12,7 @@
  * a handler set (Location). A mutation whose answer is not stored (400, 401, 403, 429, 500, 503, or
  * anything decided before the gate) is rolled back whole: nothing half-done, safe to retry.
  * Failures that escape the HttpApi (unknown routes, unreadable bodies, defects) become the same
- * error envelope here. Every log line of a request carries its `request_id`.
+ * error envelope here. Every log line of a request carries its `request_id`, and so does its span.
  */
 import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
@@ -323,6 +323,8 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
+      // The request's span (when tracing) carries the id its log lines and answer carry.
+      yield* Effect.annotateCurrentSpan("request_id", state.requestId)
       const path = pathOf(request.url)
       const address = Option.getOrElse(request.remoteAddress, () => "unknown")
       const v1 = path.startsWith("/v1/")

@@ -27,6 +27,10 @@
  * names (`authorization`, `x-api-key`) are redacted by @effect/platform in spans and errors, and
  * every error message is built here (never copied from a library error that could echo a request)
  * and scrubbed of the credential's value besides.
+ *
+ * Each call is a `model.call` span (provider, model, profile, run; its outcome, token counts and the
+ * provider's request id), never with the prompt or the answer; the spans of the provider call within
+ * it fail with their error's type only (its message would hold the provider's response body).
  */
 import { AnthropicClient, AnthropicLanguageModel } from "@effect/ai-anthropic"
 import { OpenAiClient, OpenAiLanguageModel } from "@effect/ai-openai"
@@ -47,6 +51,7 @@ import {
   type ToolDefinition,
   type Usage
 } from "../Domain/Conversation.js"
+import { withFailureDetailsWithheld } from "../Observability/Tracing.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { ModelsConfig, type ModelsConfigShape } from "./Config.js"
 import { ModelAuthFailed, type ModelError, ModelFailed, ModelUnavailable, requestIdOf, scrubbed, toModelError } from "./Errors.js"
@@ -66,6 +71,8 @@ export interface StepInput {
   /** The tools offered to the model (none when absent). */
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly conversation: ReadonlyArray<ConversationItem>
+  /** The run the step is for: an attribute of its `model.call` span. */
+  readonly runId?: string | undefined
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -172,7 +179,8 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
     const call: Effect.Effect<LanguageModel.GenerateTextResponse<any>, AiError.AiError, LanguageModel.LanguageModel> = tools.length === 0
       ? LanguageModel.generateText({ prompt, disableToolCallResolution: true })
       : LanguageModel.generateText({ prompt, toolkit: toolkitOf(tools), disableToolCallResolution: true }) as any
-    return Effect.provide(call, target.model)
+    // The provider's spans (@effect/ai's, the HTTP client's) without their errors' response bodies.
+    return withFailureDetailsWithheld(Effect.provide(call, target.model))
   }
 
   const toResult = (response: LanguageModel.GenerateTextResponse<any>, target: Target): StepResult => {
@@ -223,7 +231,14 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
             new ModelUnavailable({ provider, message: `${provider} did not answer within ${config.requestTimeoutSeconds} s` })
         })
         : called)
-      return toResult(response, target)
+      const result = toResult(response, target)
+      yield* Effect.annotateCurrentSpan({
+        "model.outcome": result._tag === "Final" ? "final" : "tool_calls",
+        "model.input_tokens": result.usage.input_tokens,
+        "model.output_tokens": result.usage.output_tokens,
+        ...(result.provider_request_id === undefined ? {} : { "model.provider_request_id": result.provider_request_id })
+      })
+      return result
     }).pipe(
       // A defect (a bug here or in a library) fails the step rather than the run actor.
       Effect.catchAllDefect((defect) =>
@@ -236,7 +251,13 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       ),
       Effect.mapError((error) => scrubbed(error, input.credential)),
       Effect.tapError((error) =>
-        Effect.logWarning("model call failed").pipe(
+        Effect.zipRight(
+          Effect.annotateCurrentSpan({
+            "model.outcome": error._tag,
+            ...(error.provider_request_id === undefined ? {} : { "model.provider_request_id": error.provider_request_id })
+          }),
+          Effect.logWarning("model call failed")
+        ).pipe(
           Effect.annotateLogs({
             provider,
             model,
@@ -247,8 +268,15 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
           })
         )
       ),
-      Effect.withSpan("StepEngine.step", {
-        attributes: { "model.provider": provider, "model.name": model, "model_profile.id": profileId }
+      // One span per model call (a retried step is another call); @effect/ai's
+      // `LanguageModel.generateText` and the HTTP client's span are its children. No prompt or answer.
+      Effect.withSpan("model.call", {
+        attributes: {
+          "model.provider": provider,
+          "model.name": model,
+          "model_profile.id": profileId,
+          ...(input.runId === undefined ? {} : { "run.id": input.runId })
+        }
       })
     )
   }

@@ -13,6 +13,7 @@ import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/P
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { StepEngine } from "../Models/StepEngine.js"
+import { withoutParentSpan } from "../Observability/Tracing.js"
 import { Platform } from "../Platform.js"
 import { PlatformRepo } from "../Platform/Repo.js"
 import { RunStore } from "../Runs/RunStore.js"
@@ -68,7 +69,8 @@ const make = Effect.gen(function*() {
         const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
         const cell = yield* Deferred.make<Cell.Cell>()
         const entry: Entry = { cell, scope }
-        // Build outside the lock; waiters join the Deferred.
+        // Build outside the lock; waiters join the Deferred. The cell outlives the request that
+        // happened to start it: its fibers (the alarm loop) are not part of that request's trace.
         yield* Cell.make(id, options).pipe(
           Scope.extend(scope),
           Effect.exit,
@@ -79,6 +81,7 @@ const make = Effect.gen(function*() {
               Exit.isFailure(exit) ? forget(id, entry) : Effect.void
             )
           ),
+          withoutParentSpan,
           Effect.forkIn(scope)
         )
         return [entry, new Map(map).set(cellKey(id), entry)] as const

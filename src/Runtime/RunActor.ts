@@ -156,7 +156,8 @@ export const run = (runId: string, options: ActorOptions) =>
             credential,
             instructions: agent.instructions,
             tools: definitions,
-            conversation: decoded.right
+            conversation: decoded.right,
+            runId
           }).pipe(
             Effect.retry({
               schedule: Schedule.exponential("1 second").pipe(Schedule.intersect(Schedule.recurs(2))),
@@ -327,5 +328,7 @@ export const run = (runId: string, options: ActorOptions) =>
     // Infrastructure failures are defects: the cell restarts the actor, which reads the run again.
     Effect.catchTag("SqlError", Effect.die),
     Effect.annotateLogs({ run_id: runId }),
-    Effect.withSpan("RunActor.run", { attributes: { runId } })
+    // The actor's span: its model calls (`model.call`), tool calls (`tool.call`) and SQL beneath it;
+    // a child of the request that started the run (createRun, an approval), else a root.
+    Effect.withSpan("RunActor.run", { attributes: { "run.id": runId } })
   )

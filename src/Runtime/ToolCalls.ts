@@ -13,6 +13,9 @@
  *   An ambiguous outcome is never replayed: the reconciliation path is asked; `pending` is asked
  *   again within the budget; no answer -> the run ends `outcome_unknown` and a background
  *   reconciliation adds a `run.reconciled` receipt later.
+ *
+ * Each invocation is a `tool.call` span (tool, connection, run, operation and its outcome), each
+ * reconciliation call a `tool.reconcile` span; neither carries the input or the output.
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Duration, Effect } from "effect"
@@ -70,6 +73,15 @@ const toolUsage = (tool: ToolRow): UsageRecordInput => ({
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
+const OUTCOMES = { Ok: "ok", Rejected: "rejected", NotSent: "not_sent", Ambiguous: "ambiguous" } as const
+
+/** A call's outcome on its span (the HTTP status when the tool answered); never its input or output. */
+const annotateOutcome = (outcome: CallOutcome) =>
+  Effect.annotateCurrentSpan({
+    "tool.outcome": OUTCOMES[outcome._tag],
+    ...("status" in outcome ? { "http.response.status_code": outcome.status } : {})
+  })
+
 /** Who a run's tool calls act for (the token's `actor`): its user, else the key that created it. */
 export const actorOf = (run: Pick<RunRow, "user_id" | "key_id">) =>
   run.user_id === null ? { type: "api_key", id: run.key_id } : { type: "user", id: run.user_id }
@@ -112,6 +124,22 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       runId: row.id,
       toolId: tool.id
     })
+    /** The invocation of the customer's tool: a `tool.call` span with its outcome. */
+    const dispatch = (operationId: string) =>
+      invoker.invoke(url, body, context(operationId)).pipe(
+        Effect.tap(annotateOutcome),
+        Effect.withSpan("tool.call", {
+          attributes: {
+            "tool.name": tool.name,
+            "tool.id": tool.id,
+            "tool.effect": tool.effect,
+            "connection.id": tool.connection_id,
+            "run.id": row.id,
+            "tool_call.id": call.call_id,
+            "operation.id": operationId
+          }
+        })
+      )
 
     /** The tool's answer to the agent (output validated), or a tool error; with the usage record. */
     const settle = (outcome: CallOutcome, also?: (ok: boolean, output: unknown, error?: unknown) => Effect.Effect<unknown, SqlError>) => {
@@ -156,7 +184,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         data: { ...callData, tool_id: tool.id, effect: "read", input: call.input }
       })
       if (!started) return "stop" as Next
-      const outcome = yield* invoker.invoke(url, body, context(yield* makeId("op")))
+      const outcome = yield* dispatch(yield* makeId("op"))
       return yield* settle(outcome)
     }
 
@@ -234,7 +262,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       // The call and the record of its answer are one uninterruptible step: a cancel (or a
       // budget) arriving meanwhile waits for it, and does not undo it.
       const answered = yield* Effect.uninterruptible(Effect.gen(function*() {
-        const outcome = yield* invoker.invoke(url, body, context(operationId))
+        const outcome = yield* dispatch(operationId)
         if (outcome._tag === "Ambiguous") return outcome
         const settledAt = yield* now
         return yield* settle(outcome, (ok, output, error) =>
@@ -301,7 +329,7 @@ export const reconcileOnce = (
   context: CallContext,
   operationId: string
 ): Effect.Effect<Reconciled> =>
-  Effect.map(invoker.reconcile(url, context), (outcome): Reconciled => {
+  Effect.map(invoker.reconcile(url, context).pipe(Effect.tap(annotateOutcome)), (outcome): Reconciled => {
     if (outcome._tag !== "Ok") return { _tag: "Unknown", message: outcome.message }
     const body = outcome.body as { operation_id?: unknown; status?: unknown; output?: unknown }
     if (body?.operation_id !== operationId) return { _tag: "Unknown", message: "the reconciliation answer names another operation" }
@@ -315,7 +343,14 @@ export const reconcileOnce = (
       default:
         return { _tag: "Unknown", message: `unknown reconciliation status ${JSON.stringify(body.status)}` }
     }
-  })
+  }).pipe(
+    Effect.tap((answer) =>
+      Effect.annotateCurrentSpan("tool.reconciled", answer._tag === "Settled" ? answer.status : answer._tag.toLowerCase())
+    ),
+    Effect.withSpan("tool.reconcile", {
+      attributes: { "tool.id": context.toolId, "run.id": context.runId, "operation.id": operationId }
+    })
+  )
 
 /** The write may have happened and nobody can say: the run ends `outcome_unknown`. */
 export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: string, message: string) =>

@@ -1,0 +1,51 @@
+/**
+ * Request spans (issue 15, deliverable 4; exported only when tracing is on, src/Observability/Tracing.ts).
+ * @effect/platform's server already wraps every request in a server span (`HttpServer.serve` applies
+ * `HttpMiddleware.tracer`, continuing a `traceparent` the client sent) with the method, URL, status,
+ * client address and the request and response headers, redacted. Here:
+ *   - its name: `http.server <METHOD> <operation>`, the operation as in the metrics (the HttpApi
+ *     endpoint's name, `createRun`; `metrics`, `docs`, `unmatched`), never a raw path's ids;
+ *   - its attributes `operation`, `http.route` (the route's template) and `tenant_id`;
+ *   - `x-actor-token` redacted beside @effect/platform's defaults (authorization, cookie, set-cookie,
+ *     x-api-key), in spans and wherever headers are logged.
+ * SQL statements, model calls and tool calls made for the request are its descendants.
+ */
+import { Headers, HttpMiddleware, HttpServerRequest } from "@effect/platform"
+import { Effect, Layer } from "effect"
+
+import { operationOf } from "./Metrics.js"
+import { ROUTES } from "./Routes.js"
+
+const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+
+/** Request headers that carry credentials besides @effect/platform's defaults. */
+export const SECRET_HEADERS = ["x-actor-token"] as const
+
+/** operation -> its route's template (`/v1/tenants/:tenant_id/...`). */
+const TEMPLATES = new Map(ROUTES.map((r) => [r.operation, `/${r.segments.map((s, i) => s ?? `:${r.params[i]}`).join("/")}`]))
+
+export const requestSpanName = (request: HttpServerRequest.HttpServerRequest): string =>
+  `http.server ${METHODS.has(request.method) ? request.method : "OTHER"} ${operationOf(request.method, request.url).operation}`
+
+/** Annotates the request's span with its operation, route and tenant. */
+export const requestSpanAttributes = HttpMiddleware.make((app) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const { operation, params } = operationOf(request.method, request.url)
+    const route = TEMPLATES.get(operation)
+    const tenant = params["tenant_id"]
+    yield* Effect.annotateCurrentSpan({
+      operation,
+      ...(route === undefined ? {} : { "http.route": route }),
+      ...(tenant === undefined ? {} : { tenant_id: tenant.slice(0, 128) })
+    })
+    return yield* app
+  })
+)
+
+/** The server layer with its spans named per operation and the secret headers redacted. */
+export const withRequestTracing = <A, E, R>(server: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
+  server.pipe(
+    HttpMiddleware.withSpanNameGenerator(requestSpanName),
+    Layer.locallyWith(Headers.currentRedactedNames, (names) => [...names, ...SECRET_HEADERS])
+  )
