@@ -41,7 +41,13 @@ const make = Effect.gen(function*() {
   const runOfCell = (tenantId: string, environment: string, id: string) =>
     Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment))
 
-  /** One statement (so one round trip, atomic): the run, its first event and the input item. */
+  /**
+   * The run with its first event, then the input item (both in the request's transaction, so
+   * atomic). Two statements: the run's insert waits for the transaction of a conflicting open run
+   * of the conversation, which may end that run and append its last items meanwhile; the item's
+   * position is read by a statement of its own, whose snapshot sees them (in the run's statement,
+   * it was read from before the wait and collided with them: 500 on `conversation_items_pkey`).
+   */
   const admit = (row: Admission) =>
     Effect.gen(function*() {
       const eventId = yield* makeId("evt")
@@ -58,15 +64,14 @@ const make = Effect.gen(function*() {
         ), event AS (
           INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
           SELECT id, 1, ${eventId}, 'run.queued', ${JSON.stringify({ status: "queued" })}::jsonb, ${row.created_at} FROM run
-        ), item AS (
-          INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
-          SELECT ${row.conversation_id},
-                 COALESCE((SELECT MAX(position) FROM conversation_items WHERE conversation_id = ${row.conversation_id}), 0) + 1,
-                 id, ${JSON.stringify(row.item)}::jsonb, ${row.created_at}
-          FROM run
         )
         SELECT count(*) AS admitted FROM run`.pipe(Rows.single(Schema.Struct({ admitted: Rows.Int8 })))
       if (admitted !== 1) return Option.none()
+      yield* sql`
+        INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
+        SELECT ${row.conversation_id}, COALESCE(MAX(position), 0) + 1, ${row.id}, ${JSON.stringify(row.item)}::jsonb,
+               ${row.created_at}
+        FROM conversation_items WHERE conversation_id = ${row.conversation_id}`
       // Counted once the request's transaction committed (admission runs inside it).
       yield* afterCommit(recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]))
       return Option.some(eventId)
