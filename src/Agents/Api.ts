@@ -13,6 +13,7 @@ import {
 } from "../Domain/Agents.js"
 import { ListParams } from "../Kernel/Cursor.js"
 import { List, Single } from "../Kernel/Envelope.js"
+import { Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -65,11 +66,24 @@ export class ModelProfilesApi extends HttpApiGroup.make("model-profiles")
       .annotate(
         OpenApi.Description,
         "`credential` is write-only: stored encrypted, never returned (responses show `has_credential`). " +
-          "`settings` is checked per provider: `openai_compatible` needs `base_url`, a public `https://` URL " +
-          "(the destination rules of customer tools: 400 `destination_refused`, unless the operator's `DESTINATION_ALLOWLIST` " +
-          "admits it; its calls are checked again on the connected address); `scripted` needs `steps` " +
-          "(a malformed step is 400 `parameter_invalid` naming it, e.g. `settings.steps.2`)."
+          "`settings` depend on `provider` (the request is a union discriminated by it): `openai_compatible` needs " +
+          "`base_url`, a public `https://` URL (the destination rules of customer tools; its calls are checked again on " +
+          "the connected address); `scripted` needs `steps` (a malformed step is 400 `parameter_invalid` naming it, " +
+          "e.g. `settings.steps.2`)."
       )
+      .annotate(Refusals, [
+        {
+          code: "destination_refused",
+          param: "settings.base_url",
+          when:
+            "`openai_compatible`: `settings.base_url` is not a public `https://` destination: a local, private, link-local or metadata host or address, a name that does not resolve only to public addresses, or plain `http://`, unless the operator's `DESTINATION_ALLOWLIST` admits it"
+        },
+        {
+          code: "parameter_invalid",
+          param: "settings.steps",
+          when: "`scripted`: the last step is a `sleep`; the last step repeats, so the model would never answer"
+        }
+      ])
       .annotate(RequiredScopes, ["agents:write"])
   )
   .add(
@@ -125,8 +139,20 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
       .annotate(
         OpenApi.Description,
         "Revisions are immutable (no update or delete; the database refuses both). " +
-          "`tool_ids` must be empty until tools exist (a non-empty list is 400 `unknown_tool`)."
+          "`tool_ids` name tools of reviewed connections of this environment, no two with the same name."
       )
+      .annotate(Refusals, [
+        {
+          code: "unknown_tool",
+          param: "tool_ids.N",
+          when: "a tool id is not a tool of an active (reviewed) connection of this environment"
+        },
+        {
+          code: "parameter_invalid",
+          param: "tool_ids.N",
+          when: "two of the tools have the same name: the model could not tell them apart"
+        }
+      ])
       .annotate(RequiredScopes, ["agents:write"])
   )
   .add(

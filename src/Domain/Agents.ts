@@ -1,5 +1,5 @@
 /** Workspaces, agents, agent revisions and model profiles (decisions D12). */
-import { Schema } from "effect"
+import { Schema, SchemaAST } from "effect"
 
 import { RefString, SingleLine } from "../Kernel/Strings.js"
 
@@ -41,7 +41,7 @@ export const ScriptedStep = Schema.Union(
   ScriptedToolCallStep,
   ScriptedFailStep,
   ScriptedSleepStep
-).annotations({ identifier: "ScriptedStep" })
+).annotations({ identifier: "ScriptedStep", jsonSchema: { discriminator: { propertyName: "type" } } })
 export type ScriptedStep = typeof ScriptedStep.Type
 
 export const ScriptedSettings = Schema.Struct({
@@ -52,7 +52,10 @@ export const ScriptedSettings = Schema.Struct({
         : undefined
     )
   )
-}).annotations({ identifier: "ScriptedSettings" })
+}).annotations({
+  identifier: "ScriptedSettings",
+  description: "`steps`: each model call takes the next step and the last one repeats, so the last cannot be a `sleep`"
+})
 export type ScriptedSettings = typeof ScriptedSettings.Type
 
 // ---------------------------------------------------------------------------------------------
@@ -96,22 +99,6 @@ export const ModelProfile = Schema.Struct({
 }).annotations({ identifier: "ModelProfile" })
 export type ModelProfile = typeof ModelProfile.Type
 
-export const CreateModelProfile = strictBody(
-  Schema.Struct({
-    name: Name,
-    provider: Provider,
-    model: SingleLine.pipe(Schema.minLength(1), Schema.maxLength(200)),
-    settings: Schema.optional(ProfileSettings).annotations({
-      description: "Provider-specific: openai_compatible requires base_url (http or https URL); scripted requires " +
-        "steps (a non-empty list of ScriptedStep)"
-    }),
-    credential: Schema.optional(SingleLine.pipe(Schema.minLength(1), Schema.maxLength(8192))).annotations({
-      description: "The provider credential (API key). Write-only: stored encrypted (AES-256-GCM), never returned"
-    })
-  }).annotations({ identifier: "CreateModelProfile" })
-)
-export type CreateModelProfile = typeof CreateModelProfile.Type
-
 /** `openai_compatible` settings: the Chat Completions base URL. */
 export const OpenAiCompatibleSettings = Schema.Struct({
   base_url: SingleLine.pipe(
@@ -122,9 +109,77 @@ export const OpenAiCompatibleSettings = Schema.Struct({
       } catch {
         return false
       }
-    }, { message: () => "must be an http or https URL" })
-  )
+    }, {
+      message: () => "must be an http or https URL",
+      // what the filter admits, as the document can say it (an absolute http(s) URL with a host)
+      jsonSchema: { format: "uri", pattern: "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s]" }
+    })
+  ).annotations({
+    description: "The Chat Completions base URL: public `https://` (the destination rules of customer tools), " +
+      "unless the operator's `DESTINATION_ALLOWLIST` admits it"
+  })
 }).annotations({ identifier: "OpenAiCompatibleSettings" })
+
+/** `anthropic` settings: read by the provider (`max_tokens`), anything else kept as given. */
+const AnthropicSettings = Schema.Struct(
+  {
+    max_tokens: Schema.optional(Schema.Number.pipe(Schema.int(), Schema.positive())).annotations({
+      description: "The Messages API's `max_tokens` (default 4096)"
+    })
+  },
+  ProfileSettings
+).annotations({ identifier: "AnthropicSettings" })
+
+const profileName = Name
+const profileModel = SingleLine.pipe(Schema.minLength(1), Schema.maxLength(200))
+const profileCredential = Schema.optional(SingleLine.pipe(Schema.minLength(1), Schema.maxLength(8192))).annotations({
+  description: "The provider credential (API key). Write-only: stored encrypted (AES-256-GCM), never returned"
+})
+
+/** One provider's request, as the document shows it: the provider decides what `settings` must be. */
+const profileOf = <P extends Provider, S extends Schema.Schema.Any | Schema.PropertySignature.Any>(
+  provider: P,
+  settings: S,
+  identifier: string
+) =>
+  Schema.Struct({
+    name: profileName,
+    provider: Schema.Literal(provider),
+    model: profileModel,
+    settings,
+    credential: profileCredential
+  }).annotations({ identifier })
+
+/**
+ * CreateModelProfile as the document states it (D12): a union discriminated by `provider`, whose
+ * `settings` are what `Agents.checkSettings` decodes for that provider (`ScriptedSettings`,
+ * `OpenAiCompatibleSettings`), so a request valid by the document is valid for the service.
+ */
+export const CreateModelProfileByProvider = Schema.Union(
+  profileOf("openai", Schema.optional(ProfileSettings), "CreateOpenAiModelProfile"),
+  profileOf("anthropic", Schema.optional(AnthropicSettings), "CreateAnthropicModelProfile"),
+  profileOf("openai_compatible", OpenAiCompatibleSettings, "CreateOpenAiCompatibleModelProfile"),
+  profileOf("scripted", ScriptedSettings, "CreateScriptedModelProfile")
+).annotations({ jsonSchema: { discriminator: { propertyName: "provider" } } })
+
+/**
+ * The request the service decodes: `settings` is a record here and checked per provider by the
+ * handler (`Agents.checkSettings`), which names the offending step (`settings.steps.N`); the
+ * document shows `CreateModelProfileByProvider` in its place (a JSON Schema surrogate).
+ */
+export const CreateModelProfile = strictBody(
+  Schema.Struct({
+    name: profileName,
+    provider: Provider,
+    model: profileModel,
+    settings: Schema.optional(ProfileSettings),
+    credential: profileCredential
+  }).annotations({
+    identifier: "CreateModelProfile",
+    [SchemaAST.SurrogateAnnotationId]: CreateModelProfileByProvider.ast
+  })
+)
+export type CreateModelProfile = typeof CreateModelProfile.Type
 
 export const Agent = Schema.Struct({
   id: Schema.String,

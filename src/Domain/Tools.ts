@@ -43,8 +43,15 @@ export const CreateConnection = strictBody(
     name: Name,
     type: Schema.Literal("customer_https"),
     owner: Schema.Struct({ type: Schema.Literal("tenant") }),
-    base_url: SingleLine.pipe(Schema.maxLength(2000)).annotations({
-      description: "Public HTTPS URL; localhost, private, link-local and metadata destinations are refused (400 destination_refused)"
+    base_url: SingleLine.pipe(
+      Schema.maxLength(2000),
+      Schema.pattern(/^[^?#]*$/, {
+        message: () => "must not have a query or fragment",
+        jsonSchema: { format: "uri", pattern: "^[^?#]*$" }
+      })
+    ).annotations({
+      description: "Public HTTPS URL without a query or fragment; localhost, private, link-local and metadata " +
+        "destinations are refused (400 destination_refused)"
     }),
     authentication: Schema.Struct({ type: Schema.Literal("service_signed_request") }),
     operations: Schema.Array(Operation).pipe(Schema.minItems(1), Schema.maxItems(64))

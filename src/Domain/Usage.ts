@@ -1,7 +1,7 @@
 /** Usage (D16): computed from usage records and runs, never from a counter. */
 import { Schema } from "effect"
 
-import { Timestamp } from "../Kernel/Ids.js"
+import { DateTimeParam, Timestamp } from "../Kernel/Ids.js"
 
 export const UsageTotals = Schema.Struct({
   runs: Schema.Number,
@@ -27,7 +27,7 @@ export const Usage = Schema.Struct({
 export type Usage = typeof Usage.Type
 
 export const UsageParams = Schema.Struct({
-  from: Schema.optional(Schema.String.annotations({ description: "RFC 3339; default: 24 h before `to`" })),
-  to: Schema.optional(Schema.String.annotations({ description: "RFC 3339; default: now" })),
+  from: Schema.optional(DateTimeParam.annotations({ description: "RFC 3339; default: 24 h before `to`" })),
+  to: Schema.optional(DateTimeParam.annotations({ description: "RFC 3339; default: now" })),
   group_by: Schema.optional(UsageGroupBy.annotations({ description: "Default agent_revision" }))
 })

@@ -6,11 +6,18 @@
  * `ServiceKey` middleware enforces. Effect Schema's generated titles and descriptions of
  * refinements (`maxLength(128)`, "a string at most 128 character(s) long") are dropped, and the
  * served document names `PUBLIC_BASE_URL` as its server (`OpenApiDocLive`).
+ *
+ * Every `/v1` operation's 400 lists the error codes it can carry (`x-error-codes`) and the rules a
+ * request its schemas admit can still break (`x-error-rules`: `{code, param?, when}`, `N` standing
+ * for an index in `param`): those of its shape (list cursors, body hygiene) and the endpoint's own
+ * `Refusals` annotation, which is also stated in the operation's description. A union annotated
+ * with a `discriminator` becomes a `oneOf` with the discriminator's mapping.
  */
 import { HttpApi, HttpApiBuilder, type HttpApiGroup, HttpServerResponse, OpenApi } from "@effect/platform"
 import { Context, Effect, Option } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
+import { type Refusal, Refusals } from "../Kernel/Errors.js"
 import { RequiredScopes } from "../Kernel/Security.js"
 
 const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
@@ -79,14 +86,121 @@ const replaceRef = (node: any, from: string, to: string): void => {
   }
 }
 
+const code = (c: string) => `\`${c}\``
+
+/**
+ * The 400s of an operation: the codes of its shape (the pipeline's and decoding's, D3, D5, D6, D19)
+ * and its own refusals; the rules a request its schemas admit can break; the response's prose.
+ */
+const invalidRequest = (method: string, op: any, own: ReadonlyArray<Refusal>) => {
+  const parameters: Array<any> = Array.isArray(op.parameters) ? op.parameters : []
+  const mutation = ["post", "put", "patch", "delete"].includes(method)
+  const body = op.requestBody !== undefined
+  const list = parameters.some((p) => p.in === "query" && p.name === "cursor")
+  const outside: Array<[string, string]> = [
+    ["parameter_invalid", "a parameter or body field outside its schema"],
+    ...(body
+      ? [
+        ["parameter_missing", "a required body field missing"] as [string, string],
+        ["unknown_parameter", "a body field its schema does not name"] as [string, string]
+      ]
+      : []),
+    ["invalid_request", "a control character or a malformed percent-encoding in the URL"],
+    ...(mutation
+      ? [
+        ["idempotency_key_required", "no `Idempotency-Key`"] as [string, string],
+        ["idempotency_key_invalid", "an `Idempotency-Key` outside 1 to 255 characters of 0x21-0x7E"] as [string, string],
+        ["unsupported_content_type", "a body that is not `application/json` in UTF-8"] as [string, string],
+        ["invalid_body", "a body that is not JSON"] as [string, string]
+      ]
+      : [])
+  ]
+  const shape: Array<Refusal> = [
+    ...(list
+      ? [{ code: "invalid_cursor", param: "cursor", when: "`cursor` is not a `next_cursor` of this list (empty: the first page)" }]
+      : []),
+    ...(body
+      ? [
+        { code: "body_too_large", when: "the body is larger than the request body limit (1 MiB by default)" },
+        {
+          code: "invalid_request",
+          when: "a string or key anywhere in the body (free-form objects included) holds U+0000, a lone surrogate or a " +
+            "control character other than tab, LF and CR, or the body nests deeper than 64 levels"
+        }
+      ]
+      : [])
+  ]
+  const rules = [...shape, ...own.filter((r) => !r.inSchema)].map((r) => ({
+    code: r.code,
+    ...(r.param !== undefined ? { param: r.param } : {}),
+    when: r.when
+  }))
+  const codes = [...new Set([...outside.map(([c]) => c), ...shape.map((r) => r.code), ...own.map((r) => r.code)])]
+  const description = "Invalid request: `error.code` is one of `x-error-codes`, and `error.param` names the parameter " +
+    "or body field at fault (`a.N.b`). A request outside this operation's schemas: " +
+    [...outside, ...own.filter((r) => r.inSchema).map((r): [string, string] => [r.code, r.when])]
+      .map(([c, when]) => `${code(c)} (${when})`).join(", ") +
+    ". A request within them, only for the rules of `x-error-rules`" +
+    (own.some((r) => !r.inSchema) ? " (the operation's own are in its description)" : "") + ": " +
+    (rules.length === 0 ? "none" : rules.map((r) => code(r.code)).filter((c, i, all) => all.indexOf(c) === i).join(", ")) + "."
+  return { codes, rules, description }
+}
+
+/** An operation's own refusals, as the lists its description ends with. */
+const refusalsProse = (own: ReadonlyArray<Refusal>) => {
+  const line = (r: Refusal) => `- ${r.when} (${code(r.code)}${r.param !== undefined ? `, \`param\` ${code(r.param)}` : ""})`
+  const beyond = own.filter((r) => !r.inSchema)
+  const stated = own.filter((r) => r.inSchema)
+  return [
+    ...(beyond.length > 0 ? [`Refused with 400 although its schemas admit the request, when:\n${beyond.map(line).join("\n")}`] : []),
+    ...(stated.length > 0
+      ? [`Refused with 400 and a code of its own (its schemas state the rule), when:\n${stated.map(line).join("\n")}`]
+      : [])
+  ].join("\n\n")
+}
+
+/**
+ * A union annotated with a `discriminator` (Effect generates `anyOf`) as a `oneOf` whose mapping
+ * names each alternative's value of the discriminating property.
+ */
+const discriminated = (doc: any) => {
+  const resolve = (s: any) =>
+    typeof s?.$ref === "string" && s.$ref.startsWith("#/components/schemas/")
+      ? doc.components?.schemas?.[s.$ref.slice("#/components/schemas/".length)]
+      : s
+  const visit = (node: any): void => {
+    if (node === null || typeof node !== "object") return
+    if (Array.isArray(node)) return node.forEach(visit)
+    const name = node.discriminator?.propertyName
+    if (typeof name === "string" && Array.isArray(node.anyOf)) {
+      node.oneOf = node.anyOf
+      delete node.anyOf
+      const mapping: Record<string, string> = {}
+      for (const alternative of node.oneOf) {
+        const values = resolve(alternative)?.properties?.[name]?.enum
+        if (typeof alternative.$ref === "string" && Array.isArray(values) && values.length === 1) {
+          mapping[values[0]] = alternative.$ref
+        }
+      }
+      if (Object.keys(mapping).length === node.oneOf.length) node.discriminator = { propertyName: name, mapping }
+    }
+    for (const value of Object.values(node)) visit(value)
+  }
+  visit(doc)
+}
+
 export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec => {
-  const endpoints = new Map<string, { name: string; scopes: ReadonlyArray<string> | undefined }>()
+  const endpoints = new Map<
+    string,
+    { name: string; scopes: ReadonlyArray<string> | undefined; refusals: ReadonlyArray<Refusal> }
+  >()
   for (const group of Object.values((api as any).groups) as Array<HttpApiGroup.HttpApiGroup.AnyWithProps>) {
     for (const endpoint of Object.values(group.endpoints)) {
       const path = endpoint.path.replace(/:(\w+)/g, "{$1}")
       endpoints.set(`${endpoint.method.toLowerCase()} ${path}`, {
         name: endpoint.name,
-        scopes: Context.getOrElse(endpoint.annotations, RequiredScopes, () => undefined)
+        scopes: Context.getOrElse(endpoint.annotations, RequiredScopes, () => undefined),
+        refusals: Context.getOrElse(endpoint.annotations, Refusals, () => [])
       })
     }
   }
@@ -106,6 +220,9 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
       op["x-release-stage"] = "proposed"
       op["x-visibility"] = "public"
       op.security = endpoint.scopes ? [{ ServiceKey: [...endpoint.scopes] }] : []
+      if (isV1 && endpoint.refusals.length > 0) {
+        op.description = `${op.description ? op.description + "\n\n" : ""}${refusalsProse(endpoint.refusals)}`
+      }
       if (endpoint.scopes) {
         op["x-scopes"] = [...endpoint.scopes]
         op.description = `${op.description ? op.description + "\n\n" : ""}Scopes: ${endpoint.scopes.map((s) => `\`${s}\``).join(", ")}.`
@@ -118,6 +235,10 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
             content: { "application/json": { schema: { $ref: `#/components/schemas/${schema}` } } }
           }
         }
+        const { codes, description, rules } = invalidRequest(method, op, endpoint.refusals)
+        op.responses["400"].description = description
+        op.responses["400"]["x-error-codes"] = codes
+        op.responses["400"]["x-error-rules"] = rules
       }
       for (const [status, response] of Object.entries<any>(op.responses)) {
         response.headers = { ...(isV1 ? V1_HEADERS : COMMON_HEADERS), ...response.headers }
@@ -143,6 +264,7 @@ export const describeOperations = (api: HttpApi.HttpApi.Any, spec: Spec): Spec =
   replaceRef(doc.paths, "#/components/schemas/HttpApiDecodeError", "#/components/schemas/InvalidRequestError")
   delete doc.components?.securitySchemes?.OperatorToken
   stripGenerated(doc)
+  discriminated(doc)
   // Relative to where the document is served; the served document names PUBLIC_BASE_URL instead.
   if (!doc.servers?.length) doc.servers = [{ url: "/", description: "This service" }]
   return doc

@@ -3,6 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 
 import { Settings, UpdateSettings } from "../Domain/EnvironmentSettings.js"
 import { Single } from "../Kernel/Envelope.js"
+import { Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -20,6 +21,24 @@ export class EnvironmentSettingsApi extends HttpApiGroup.make("settings")
       .setHeaders(IdempotencyHeaders)
       .setPayload(UpdateSettings)
       .addSuccess(Single(Settings))
+      .annotate(
+        OpenApi.Description,
+        "Sets (or, with null, removes) the identity provider. Its keys are given inline (`jwks`, a usable JSON Web " +
+          "Key Set) or as a public HTTPS URL (`jwks_url`, the destination rules of customer tools)."
+      )
+      .annotate(Refusals, [
+        {
+          code: "destination_refused",
+          param: "identity_provider.jwks_url",
+          when:
+            "`identity_provider.jwks_url` is not a public `https://` destination: a local, private, link-local or metadata host or address, a name that does not resolve only to public addresses, or plain `http://`, unless the operator's `DESTINATION_ALLOWLIST` admits it"
+        },
+        {
+          code: "parameter_invalid",
+          param: "identity_provider.jwks",
+          when: "`identity_provider.jwks` is not a usable JSON Web Key Set: no keys, or a key that cannot be imported"
+        }
+      ])
       .annotate(RequiredScopes, ["settings:write"])
   )
   .middleware(ServiceKey)

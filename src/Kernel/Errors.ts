@@ -5,7 +5,7 @@
  * the current request, so the body always equals the `X-Request-Id` header.
  */
 import { HttpApiSchema } from "@effect/platform"
-import { Effect, ParseResult, Schema } from "effect"
+import { Context, Effect, ParseResult, Schema } from "effect"
 
 import { requestId } from "./RequestContext.js"
 
@@ -152,6 +152,26 @@ export const StandardErrors = [
 ] as const
 
 export const errorClassOf = (e: ApiError): { status: number; type: string } => e.constructor as any
+
+/**
+ * A 400 an operation gives to a request its schemas admit: a rule across fields, on the state of
+ * other resources, or that no schema can state (a destination's DNS answer, a JSON Schema's
+ * validity). `param` is the field the error names (`N` stands for an index); `inSchema` marks a rule
+ * the schema does state, listed for its own error code (e.g. `accept_event_stream_required`).
+ */
+export interface Refusal {
+  readonly code: string
+  readonly param?: string
+  readonly when: string
+  readonly inSchema?: true
+}
+
+/**
+ * An endpoint's refusals (400) beyond those of its shape (decoding, idempotency, body hygiene, list
+ * cursors). The OpenAPI document lists them on the operation's 400 response (`x-error-codes`,
+ * `x-error-rules`) and in its description (src/Edge/OpenApiDoc.ts).
+ */
+export class Refusals extends Context.Tag("Refusals")<Refusals, ReadonlyArray<Refusal>>() {}
 
 // Small constructors so call sites read like the contract.
 export const notFound = (what: string, param?: string) =>

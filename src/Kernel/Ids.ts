@@ -66,3 +66,15 @@ export type EnvironmentName = typeof EnvironmentName.Type
 /** RFC 3339 UTC timestamp strings from epoch milliseconds. */
 export const toIso = (ms: number | Date): string => new Date(ms).toISOString()
 export const Timestamp = Schema.String.annotations({ format: "date-time", description: "RFC 3339 UTC" })
+
+/**
+ * An RFC 3339 date-time as a request gives one: upper-case `T`, seconds (not a leap second), and
+ * `Z` or an offset. The document states it as `format: date-time` with this pattern.
+ */
+const RFC3339 = /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$/
+export const DateTimeParam = Schema.String.pipe(
+  Schema.pattern(RFC3339, {
+    message: () => "must be an RFC 3339 time, e.g. 2025-01-31T09:00:00Z",
+    jsonSchema: { format: "date-time", pattern: RFC3339.source }
+  })
+)

@@ -4,6 +4,7 @@ import { Effect, Schema } from "effect"
 
 import { Conversation, CreateConversation, CreateRun, EventListParams, Run, RunEvent } from "../Domain/Runs.js"
 import { Accepted, List, Single } from "../Kernel/Envelope.js"
+import { Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -42,6 +43,13 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
         "Pins an immutable agent revision of an agent in the given workspace. " +
           "The quickstart key may use only its own workspace (403 `workspace_not_allowed`)."
       )
+      .annotate(Refusals, [
+        {
+          code: "revision_not_in_workspace",
+          param: "agent_revision_id",
+          when: "the agent revision belongs to an agent of another workspace than `workspace_id`"
+        }
+      ])
       .annotate(RequiredScopes, ["conversations:write"])
   )
   .add(
@@ -78,6 +86,14 @@ export class RunsApi extends HttpApiGroup.make("runs")
         "Admits a run: it is durably stored before 202 (with `Location`) is returned, and " +
           "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`)."
       )
+      .annotate(Refusals, [
+        {
+          code: "input_too_large",
+          param: "input.N.text",
+          when: "an input text holds more than 100,000 characters",
+          inSchema: true
+        }
+      ])
       .annotate(RequiredScopes, ["runs:write"])
   )
   .add(
@@ -111,7 +127,8 @@ export class EventsApi extends HttpApiGroup.make("events")
       .addSuccess(List(RunEvent))
       .annotate(
         OpenApi.Description,
-        "Events in sequence order. `next_cursor` is the id of the page's last event; " +
+        "Events in sequence order (`cursor`: an event id or `next_cursor` of this run, else 400 `invalid_cursor`). " +
+          "`next_cursor` is the id of the page's last event; " +
           "an event id and a cursor are interchangeable (also with `Last-Event-ID` of the stream). A null `next_cursor` " +
           "does not mean no more events will come: keep the last event id and poll from it."
       )
@@ -121,11 +138,18 @@ export class EventsApi extends HttpApiGroup.make("events")
     HttpApiEndpoint.get("streamRunEvents")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}/events/stream`
       .annotate(OpenApi.Summary, "Stream a run's events")
       .setHeaders(Schema.Struct({
-        accept: Schema.optional(Schema.String).annotations({
+        accept: Schema.optional(
+          // the handler's rule (case-insensitive), as a pattern: `text/event-stream` or `*/*` somewhere in it
+          Schema.String.annotations({
+            jsonSchema: { pattern: "[Tt][Ee][Xx][Tt]/[Ee][Vv][Ee][Nn][Tt]-[Ss][Tt][Rr][Ee][Aa][Mm]|\\*/\\*" }
+          })
+        ).annotations({
           description: "Optional; when sent, it must accept `text/event-stream` (or `*/*`), else 400 " +
             "`accept_event_stream_required` (param `accept`)"
         }),
-        "last-event-id": Schema.optional(Schema.String).annotations({ description: "Resume after this event id" })
+        "last-event-id": Schema.optional(Schema.String).annotations({
+          description: "Resume after this event id (an event of this run; wins over `cursor`)"
+        })
       }))
       .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String) }))
       .addSuccess(
@@ -140,6 +164,15 @@ export class EventsApi extends HttpApiGroup.make("events")
           "and within 15 s of the key's revocation. At most 128 open streams per environment and 16 per key " +
           "(429 `stream_limit_reached`)."
       )
+      .annotate(Refusals, [
+        {
+          code: "accept_event_stream_required",
+          param: "accept",
+          when: "an `Accept` is sent that accepts neither `text/event-stream` nor `*/*`",
+          inSchema: true
+        },
+        { code: "invalid_cursor", param: "Last-Event-ID", when: "`Last-Event-ID` is not an event id of this run" }
+      ])
       .annotate(RequiredScopes, ["runs:read"])
   )
   .middleware(ServiceKey)

@@ -5,6 +5,7 @@ import { Schema } from "effect"
 import { Connection, CreateConnection, Tool, ToolListParams } from "../Domain/Tools.js"
 import { ListParams } from "../Kernel/Cursor.js"
 import { List, Single } from "../Kernel/Envelope.js"
+import { Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -22,9 +23,34 @@ export class ConnectionsApi extends HttpApiGroup.make("connections")
       .annotate(
         OpenApi.Description,
         "Registers a customer HTTPS connection, `pending_review` until an operator reviews it. " +
-          "The destination must be public HTTPS (400 `destination_refused`); operation schemas must be valid JSON Schema " +
-          "2020-12 (400 `invalid_json_schema`); every write needs a `reconciliation_path`."
+          "The destination must be public HTTPS; operation names are unique; every write needs a `reconciliation_path` " +
+          "and a read has none; operation schemas must be valid JSON Schema 2020-12."
       )
+      .annotate(Refusals, [
+        {
+          code: "destination_refused",
+          param: "base_url",
+          when:
+            "`base_url` is not a public `https://` destination: a local, private, link-local or metadata host or address, a name that does not resolve only to public addresses, or plain `http://`, unless the operator's `DESTINATION_ALLOWLIST` admits it"
+        },
+        { code: "parameter_invalid", param: "operations.N.name", when: "two operations have the same `name`" },
+        {
+          code: "parameter_missing",
+          param: "operations.N.reconciliation_path",
+          when: "a `write` operation has no `reconciliation_path`"
+        },
+        {
+          code: "parameter_invalid",
+          param: "operations.N.reconciliation_path",
+          when: "a `read` operation has a `reconciliation_path`: only writes are reconciled"
+        },
+        ...(["input_schema", "output_schema"] as const).map((field) => ({
+          code: "invalid_json_schema",
+          param: `operations.N.${field}`,
+          when: `\`${field}\` is not a valid JSON Schema 2020-12: strict (an unknown keyword is refused), ` +
+            "`$ref` only within the schema, each check at most 1 s"
+        }))
+      ])
       .annotate(RequiredScopes, ["connections:write"])
   )
   .add(
