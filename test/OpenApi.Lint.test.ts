@@ -1,6 +1,6 @@
 /**
  * The served OpenAPI document as third-party tools read it (issue 15): Redocly CLI's recommended
- * ruleset (`redocly.yaml`) finds 0 errors; every operation has a summary and every tag a
+ * ruleset (`redocly.yaml`) finds 0 errors; openapi-typescript's types compile and type a client; every operation has a summary and every tag a
  * description; `servers` names PUBLIC_BASE_URL; no title or description Effect Schema generates for
  * refinements (`maxLength(128)`, "a string at most 128 character(s) long") is left.
  */
@@ -17,34 +17,84 @@ import { provisionSandbox, request } from "./support/Client.js"
 
 const ROOT = path.resolve(import.meta.dirname, "..")
 const REDOCLY = path.join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js")
+const OPENAPI_TS = path.join(ROOT, "node_modules", "openapi-typescript", "bin", "cli.js")
+const TSC = path.join(ROOT, "node_modules", "typescript", "bin", "tsc")
 const PUBLIC_BASE_URL = "https://agents.acme.test"
 
 const GENERATED_TITLE = /^(maxLength|minLength|pattern|between|greaterThan|lessThan|int|nonEmpty)/
 const GENERATED_DESCRIPTION = /character\(s\) long|a string at (most|least)/
 
-/** `redocly lint --format=json` on the document, written to a temporary file. */
-const lint = (doc: unknown) =>
+/** `node <args>` in `dir`: its exit code and output. */
+const node = (dir: string, args: ReadonlyArray<string>) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    execFile(
+      process.execPath,
+      args,
+      {
+        cwd: dir,
+        maxBuffer: 64 * 1024 * 1024,
+        env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true", NO_COLOR: "1" }
+      },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr })
+    )
+  )
+
+/** `f` on the document written to `openapi.json` in a temporary directory. */
+const withDocument = <A>(doc: unknown, f: (dir: string, file: string) => Promise<A>) =>
   Effect.acquireUseRelease(
     Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "openapi-lint-"))),
     (dir) =>
       Effect.promise(() => {
         const file = path.join(dir, "openapi.json")
         fs.writeFileSync(file, JSON.stringify(doc))
-        return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-          execFile(
-            process.execPath,
-            [REDOCLY, "lint", file, "--config", path.join(ROOT, "redocly.yaml"), "--format=json"],
-            {
-              cwd: dir,
-              maxBuffer: 64 * 1024 * 1024,
-              env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true", NO_COLOR: "1" }
-            },
-            (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr })
-          )
-        )
+        return f(dir, file)
       }),
     (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
   )
+
+/** `redocly lint --format=json` on the document. */
+const lint = (doc: unknown) =>
+  withDocument(doc, (dir, file) => node(dir, [REDOCLY, "lint", file, "--config", path.join(ROOT, "redocly.yaml"), "--format=json"]))
+
+/**
+ * A customer's typed client: openapi-typescript generates the document's types, and a module
+ * that uses them (a run's request and answer) type-checks with strict TypeScript.
+ */
+const USES_TYPES = `import type { components, paths } from "./api.js"
+type CreateRun = paths["/v1/tenants/{tenant_id}/environments/{environment}/conversations/{conversation_id}/runs"]["post"]
+export const body: NonNullable<CreateRun["requestBody"]>["content"]["application/json"] = {
+  input: [{ type: "text", text: "hello" }]
+}
+type Accepted = CreateRun["responses"]["202"]["content"]["application/json"]
+export const status = (r: Accepted): string => r.data.status
+export const code = (e: components["schemas"]["InvalidRequestError"]): string => e.error.code
+// @ts-expect-error a run's input is a list of content items, not a string
+export const wrong: NonNullable<CreateRun["requestBody"]>["content"]["application/json"] = { input: "hello" }
+`
+
+const generateAndCompile = (doc: unknown) =>
+  withDocument(doc, async (dir, file) => {
+    const generated = await node(dir, [OPENAPI_TS, file, "--output", path.join(dir, "api.d.ts")])
+    if (generated.code !== 0) return { step: "openapi-typescript", ...generated }
+    fs.writeFileSync(path.join(dir, "uses.ts"), USES_TYPES)
+    const compiled = await node(dir, [
+      TSC,
+      "--noEmit",
+      "--strict",
+      "--exactOptionalPropertyTypes",
+      "--module",
+      "nodenext",
+      "--moduleResolution",
+      "nodenext",
+      "--target",
+      "es2022",
+      "--skipLibCheck",
+      "false",
+      "uses.ts",
+      "api.d.ts"
+    ])
+    return { step: "tsc", lines: fs.readFileSync(path.join(dir, "api.d.ts"), "utf8").split("\n").length, ...compiled }
+  })
 
 const operations = (doc: any) =>
   Object.entries<any>(doc.paths).flatMap(([path, item]) =>
@@ -79,6 +129,18 @@ layer(makeTestApp({ publicBaseUrl: Option.some(`${PUBLIC_BASE_URL}/`) }), { excl
         expect(report.totals.errors, problems.join("\n") || stderr).toBe(0)
         expect(code, stderr).toBe(0)
       }), 30_000)
+
+    it.effect(
+      "openapi-typescript generates types that compile, and a client written against them type-checks",
+      () =>
+        Effect.gen(function*() {
+          const result = yield* generateAndCompile(yield* fetchDoc)
+          expect(result.step, result.stderr).toBe("tsc")
+          expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0)
+          expect((result as { lines: number }).lines).toBeGreaterThan(1000)
+        }),
+      60_000
+    )
 
     it.effect("servers: PUBLIC_BASE_URL (without a trailing slash); info has a license", () =>
       Effect.gen(function*() {
