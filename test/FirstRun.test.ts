@@ -65,6 +65,10 @@ describe("first run from a second terminal (issue 15)", () => {
         expect(readable.code, readable.stderr).toBe(0)
         expect(readable.stdout).toMatch(/^workspace_id: ws_\w+$/m)
         expect(readable.stdout).not.toContain("{")
+        // a list of plain values on one line
+        const key = yield* run(server.dataDir, ["src/Operator/Cli.ts", "create-key", "--tenant", sandbox.tenant_id, "--name", "second"])
+        expect(key.code, key.stderr).toBe(0)
+        expect(key.stdout).toMatch(/^scopes: tenants:read, environments:read, .*usage:read$/m)
         expect(sandbox.tenant_id).toMatch(/^ten_/)
         const stored = fs.statSync(path.join(server.dataDir, "sandbox.json"))
         expect(stored.mode & 0o777).toBe(0o600)

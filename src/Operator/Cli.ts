@@ -54,13 +54,21 @@ const call = (base: Option.Option<string>, method: string, path: string, body?: 
 
 const json = Options.boolean("json").pipe(Options.withDescription("Print the answer as JSON (for scripts)"))
 
-/** `key: value` lines, nested objects indented (what a person reads); `--json`: the JSON itself. */
+const isScalar = (v: unknown) => v === null || typeof v !== "object"
+const scalar = (v: unknown) => (typeof v === "string" ? v : JSON.stringify(v))
+
+/**
+ * `key: value` lines, nested objects indented, a list of plain values on one line separated by
+ * commas (what a person reads); `--json`: the JSON itself.
+ */
 const readable = (value: unknown, indent = ""): string =>
   value !== null && typeof value === "object"
     ? Object.entries(value).map(([k, v]) =>
-      v !== null && typeof v === "object" && Object.keys(v).length > 0
+      Array.isArray(v) && v.every(isScalar)
+        ? `${indent}${k}: ${v.map(scalar).join(", ")}`
+        : v !== null && typeof v === "object" && Object.keys(v).length > 0
         ? `${indent}${k}:\n${readable(v, `${indent}  `)}`
-        : `${indent}${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`
+        : `${indent}${k}: ${scalar(v)}`
     ).join("\n")
     : `${indent}${String(value)}`
 
