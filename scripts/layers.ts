@@ -32,6 +32,8 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Approvals",
       "Runs",
       "Usage",
+      "Audit",
+      "Webhooks",
       "Operator",
       "System"
     ]

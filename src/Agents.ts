@@ -160,15 +160,24 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
         yield* agentRow(p, agentId)
         // Only reviewed tools of this tenant and environment, with distinct names.
         yield* tools.toolsForRevision(p, body.tool_ids)
-        yield* modelProfileRow(p, body.model_profile_id)
+        // Without one, the environment's default (settings, D16): the revision pins it like any other.
+        const modelProfileId = body.model_profile_id ?? (yield* repo.defaultModelProfile(p.tenantId, p.environment))
+        if (modelProfileId === undefined) {
+          return yield* invalid(
+            "parameter_missing",
+            "model_profile_id is required: this environment has no default_model_profile_id",
+            "model_profile_id"
+          )
+        }
+        yield* modelProfileRow(p, modelProfileId)
         const row = yield* repo.insertRevision({
           id: yield* makeId("rev"),
           cell: p,
           agentId,
-          modelProfileId: body.model_profile_id,
+          modelProfileId,
           instructions: body.instructions,
           toolIds: body.tool_ids,
-          contentHash: contentHash(body),
+          contentHash: contentHash({ ...body, model_profile_id: modelProfileId }),
           at: yield* now
         })
         return Repo.toAgentRevision(row)

@@ -7,6 +7,7 @@ import { HttpApi, OpenApi } from "@effect/platform"
 import { ActorSessionsApi } from "./ActorSessions/Api.js"
 import { AgentsApi, ModelProfilesApi, RevisionsApi, WorkspacesApi } from "./Agents/Api.js"
 import { ApprovalsApi } from "./Approvals/Api.js"
+import { AuditApi } from "./Audit/Api.js"
 import { describeOperations } from "./Edge/OpenApiDoc.js"
 import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
 import {
@@ -25,6 +26,7 @@ import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
 import { SystemApi } from "./System/Api.js"
 import { ConnectionsApi, KeySetApi } from "./Tools/Api.js"
 import { UsageApi } from "./Usage/Api.js"
+import { WebhookDeliveriesApi, WebhookEndpointsApi } from "./Webhooks/Api.js"
 
 const base = HttpApi.make("agent-platform")
   .add(TenantsApi)
@@ -45,6 +47,9 @@ const base = HttpApi.make("agent-platform")
   .add(ApprovalsApi)
   .add(ActorSessionsApi)
   .add(EnvironmentSettingsApi)
+  .add(AuditApi)
+  .add(WebhookEndpointsApi)
+  .add(WebhookDeliveriesApi)
   .add(SystemApi)
   .add(OperatorApi)
 

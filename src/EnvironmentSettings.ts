@@ -1,30 +1,37 @@
 /**
  * Environment settings (D9, D16): the tenant's identity provider (whose assertions make actor
- * sessions). A JWKS URL is a customer destination: refused at once unless public HTTPS (D10), and
- * fetched through the guarded dispatcher.
+ * sessions), the default model profile (a revision created without `model_profile_id` uses it; it
+ * must be a profile of the environment) and how many days audit entries are kept. A JWKS URL is a
+ * customer destination: refused at once unless public HTTPS (D10), and fetched through the guarded
+ * dispatcher.
  */
 import { Clock, Effect } from "effect"
 import { createLocalJWKSet, type JSONWebKeySet } from "jose"
 
+import { Agents } from "./Agents.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
-import { EnvironmentSettingsRepo } from "./EnvironmentSettings/Repo.js"
+import { DEFAULT_AUDIT_RETENTION_DAYS, type IdentityProvider, type UpdateSettings } from "./Domain/EnvironmentSettings.js"
+import { EnvironmentSettingsRepo, type SettingsRow } from "./EnvironmentSettings/Repo.js"
 import { invalid } from "./Kernel/Errors.js"
 import { toIso } from "./Kernel/Ids.js"
-import type { CellRef } from "./Kernel/Principal.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { Destinations } from "./Outbound/Destinations.js"
+
+const toSettings = (row: SettingsRow | undefined) => ({
+  object: "settings" as const,
+  identity_provider: row?.identity_provider ?? null,
+  default_model_profile_id: row?.default_model_profile_id ?? null,
+  audit_retention_days: row?.audit_retention_days ?? DEFAULT_AUDIT_RETENTION_DAYS,
+  updated_at: row === undefined ? null : toIso(row.updated_at)
+})
 
 export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("EnvironmentSettings", {
   effect: Effect.gen(function*() {
     const repo = yield* EnvironmentSettingsRepo
     const destinations = yield* Destinations
+    const agents = yield* Agents
 
-    const get = (cell: CellRef) =>
-      Effect.map(repo.settings(cell), (row) => ({
-        object: "settings" as const,
-        identity_provider: row?.identity_provider ?? null,
-        updated_at: row === undefined ? null : toIso(row.updated_at)
-      }))
+    const get = (cell: CellRef) => Effect.map(repo.settings(cell), toSettings)
 
     const checkProvider = (idp: IdentityProvider) =>
       Effect.gen(function*() {
@@ -47,13 +54,22 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
         }
       })
 
-    const update = (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) =>
+    /** Sets what the body gives (null removes the identity provider or the default profile), in one statement. */
+    const update = (p: Principal, body: UpdateSettings) =>
       Effect.gen(function*() {
         if (body.identity_provider) yield* checkProvider(body.identity_provider)
-        if (body.identity_provider !== undefined) {
-          yield* repo.setIdentityProvider(cell, body.identity_provider, new Date(yield* Clock.currentTimeMillis))
+        if (body.default_model_profile_id) {
+          yield* agents.getModelProfile(p, body.default_model_profile_id).pipe(
+            Effect.catchTag("NotFound", () =>
+              Effect.fail(invalid(
+                "parameter_invalid",
+                `default_model_profile_id: no model profile ${body.default_model_profile_id} in this environment`,
+                "default_model_profile_id"
+              )))
+          )
         }
-        return yield* get(cell)
+        if (Object.keys(body).length === 0) return yield* get(p)
+        return toSettings(yield* repo.update(p, body, new Date(yield* Clock.currentTimeMillis)))
       })
 
     /** The environment's identity provider, if one is set. */
@@ -61,9 +77,9 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
 
     return {
       get: (cell: CellRef) => dieOnSqlError(get(cell)),
-      update: (cell: CellRef, body: { identity_provider?: IdentityProvider | null | undefined }) => dieOnSqlError(update(cell, body)),
+      update: (p: Principal, body: UpdateSettings) => dieOnSqlError(update(p, body)),
       identityProvider: (cell: CellRef) => dieOnSqlError(identityProvider(cell))
     } as const
   }),
-  dependencies: [EnvironmentSettingsRepo.Default, Destinations.Default]
+  dependencies: [EnvironmentSettingsRepo.Default, Destinations.Default, Agents.Default]
 }) {}

@@ -13,6 +13,8 @@ import { Api } from "./Api.js"
 import { Approvals } from "./Approvals.js"
 import { ApprovalsLive } from "./Approvals/Http.js"
 import { ApprovalsRepo } from "./Approvals/Repo.js"
+import { Audit } from "./Audit.js"
+import { AuditLive } from "./Audit/Http.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { Idempotency } from "./Edge/Idempotency.js"
@@ -46,6 +48,9 @@ import { OperationsRepo } from "./Tools/OperationsRepo.js"
 import { SigningKeys } from "./Tools/Signing.js"
 import { UsageReports } from "./Usage.js"
 import { UsageLive } from "./Usage/Http.js"
+import { Webhooks } from "./Webhooks.js"
+import { WebhookDeliveriesLive, WebhookEndpointsLive } from "./Webhooks/Http.js"
+import { WebhookWorkerLive } from "./Webhooks/Worker.js"
 
 const GroupsLive = Layer.mergeAll(
   TenantsLive,
@@ -66,6 +71,9 @@ const GroupsLive = Layer.mergeAll(
   ApprovalsLive,
   ActorSessionsLive,
   EnvironmentSettingsLive,
+  AuditLive,
+  WebhookEndpointsLive,
+  WebhookDeliveriesLive,
   SystemLive,
   OperatorLive
 )
@@ -96,7 +104,9 @@ export const ServicesLive = Layer.mergeAll(
   OperationsRepo.Default,
   ApprovalsRepo.Default,
   EnvironmentSettings.Default,
-  Invoker.Default
+  Audit.Default,
+  Invoker.Default,
+  Webhooks.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
 /**
@@ -126,6 +136,7 @@ const ServeLive = HttpApiBuilder.httpApp.pipe(
 export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
   Layer.provide(ReconcilerLive),
+  Layer.provide(WebhookWorkerLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),

@@ -12,6 +12,7 @@ import type { PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
+import { auditAbout } from "./Kernel/RequestContext.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
 import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
@@ -73,6 +74,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
           yield* repo.createTenant({ pilotId: id, tenantId, environmentId: yield* makeId("env"), name: pilot.organization_name, at })
           return tenantId
         }))
+        yield* auditAbout({ tenantId, environment: "sandbox" })
         // Provisioning of the sandbox cell. An environment already gone (a deleted tenant approved
         // again) has nothing left to provision.
         yield* quickstarts.ensure(tenantId, "sandbox").pipe(Effect.catchTag("NotFound", () => Effect.void))

@@ -17,6 +17,7 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { auditAbout } from "./Kernel/RequestContext.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { schemaProblem } from "./Tools/JsonSchemas.js"
 import { type ConnectionRow, type ToolRow, ToolsRepo } from "./Tools/Repo.js"
@@ -111,6 +112,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       sql.withTransaction(Effect.gen(function*() {
         const row = yield* repo.lockConnection(connectionId)
         if (!row) return yield* notFound("connection", "id")
+        yield* auditAbout({ tenantId: row.tenant_id, environment: row.environment })
         const next = connectionTransition(row.status, { _tag: "Review", decision })
         if (next === undefined) {
           return yield* conflict("connection_already_reviewed", `This connection was already reviewed (${row.status})`)

@@ -7,9 +7,9 @@ import { Clock, Effect, Option } from "effect"
 
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { Usage, UsageGroupBy, UsageTotals } from "./Domain/Usage.js"
-import { invalid } from "./Kernel/Errors.js"
 import { toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
+import { ordered, timeParam } from "./Kernel/TimeRange.js"
 import { Platform } from "./Platform.js"
 import { UsageRepo } from "./Usage/Repo.js"
 
@@ -27,16 +27,9 @@ export class UsageReports extends Effect.Service<UsageReports>()("UsageReports",
 
     const getUsage = (p: Principal, params: UsageQuery) =>
       Effect.gen(function*() {
-        const parse = (value: string | undefined, param: string, fallback: Date) => {
-          if (value === undefined) return Effect.succeed(fallback)
-          const d = new Date(value)
-          return /^\d{4}-\d{2}-\d{2}T/.test(value) && !Number.isNaN(d.getTime())
-            ? Effect.succeed(d)
-            : Effect.fail(invalid("parameter_invalid", `${param} must be an RFC 3339 time`, param))
-        }
-        const to = yield* parse(params.to, "to", yield* now)
-        const from = yield* parse(params.from, "from", new Date(to.getTime() - 24 * 3600 * 1000))
-        if (from.getTime() > to.getTime()) return yield* invalid("parameter_invalid", "from must not be after to", "from")
+        const to = (yield* timeParam(params.to, "to")) ?? (yield* now)
+        const from = (yield* timeParam(params.from, "from")) ?? new Date(to.getTime() - 24 * 3600 * 1000)
+        yield* ordered(from, to)
         const groupBy = params.group_by ?? "agent_revision"
         const workspace = yield* platform.allowedWorkspace(p)
         const rows = yield* repo.buckets(p.tenantId, p.environment, from, to, groupBy, Option.getOrUndefined(workspace))

@@ -34,7 +34,15 @@ layer(makeTestApp(), { excludeTestServices: true })("OpenAPI document and system
       "/v1/tenants/{tenant_id}/environments/{environment}/service-actors/{service_actor_id}",
       "service-actors:read",
       "200"
-    ]
+    ],
+    // D16
+    getSettings: ["get", "/v1/tenants/{tenant_id}/environments/{environment}/settings", "settings:read", "200"],
+    updateSettings: ["patch", "/v1/tenants/{tenant_id}/environments/{environment}/settings", "settings:write", "200"],
+    listAuditEntries: ["get", "/v1/tenants/{tenant_id}/environments/{environment}/audit", "audit:read", "200"]
+  }
+  /** The filters a list takes beside `cursor` and `limit`. */
+  const LIST_FILTERS: Record<string, ReadonlyArray<string>> = {
+    listAuditEntries: ["action", "actor_id", "from", "resource_id", "to"]
   }
   const ERRORS = ["400", "401", "403", "404", "409", "410", "429", "503"]
 
@@ -116,7 +124,7 @@ layer(makeTestApp(), { excludeTestServices: true })("OpenAPI document and system
         expect(Object.keys(found!.op.responses), operationId).toContain(success)
         if (operationId.startsWith("list")) {
           const names = (found!.op.parameters ?? []).filter((p: any) => p.in === "query").map((p: any) => p.name).sort()
-          expect(names, operationId).toEqual(["cursor", "limit"])
+          expect(names, operationId).toEqual(["cursor", "limit", ...(LIST_FILTERS[operationId] ?? [])].sort())
           const limit = found!.op.parameters.find((p: any) => p.in === "query" && p.name === "limit")
           expect(limit.schema, operationId).toMatchObject({ type: "integer", minimum: 1, maximum: 100, default: 50 })
         }

@@ -12,7 +12,8 @@
  *   - a refused mutation changed nothing: every row of every table of the tenants involved
  *     (contents, not only counts) and their idempotency records. A 404, 409 or 410 that passed the
  *     idempotency gate is stored by design (src/Edge/Idempotency.ts `isStored`, D5): then exactly
- *     that one record is new, and nothing else.
+ *     that one record is new, and nothing else. Its audit entry (D16) is the one row it adds: at
+ *     most one, with its request id and status (none only for a 401 naming no environment).
  * Deleting the environment or the tenant runs against a sandbox of its own. A failing case is
  * shrunk by fast-check and printed (method, path, query, headers, body, answer).
  */
@@ -266,7 +267,7 @@ const snapshots = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const tables = (yield* sql<{ table_name: string }>`
     SELECT DISTINCT table_name FROM information_schema.columns
-    WHERE column_name = 'tenant_id' AND table_schema = current_schema() AND table_name <> 'idempotency_keys'
+    WHERE column_name = 'tenant_id' AND table_schema = current_schema() AND table_name NOT IN ('idempotency_keys', 'audit_entries')
     ORDER BY table_name`.pipe(Effect.orDie)).map((r) => r.table_name)
   expect(tables.length).toBeGreaterThan(15)
   const rows = (tenants: ReadonlyArray<string>) =>
@@ -291,6 +292,20 @@ const snapshots = Effect.gen(function*() {
       ).pipe(Effect.orDie),
       ([r]) => ({ others: `${r!.n} rows, md5 ${r!.d}`, mine: r!.mine })
     )
+  /** The tenants' audit entries: a digest of those up to `last` (all, without it), and the newest id. */
+  const audit = (tenants: ReadonlyArray<string>, last?: string) =>
+    Effect.map(
+      sql.unsafe<{ n: number; d: string; last: string | null }>(
+        `SELECT ${digest}, max(id) AS last FROM audit_entries x WHERE tenant_id IN (${tenants.map(lit).join(",")})
+         ${last === undefined ? "" : `AND id <= ${lit(last)}`}`
+      ).pipe(Effect.orDie),
+      ([r]) => ({ rows: `${r!.n} rows, md5 ${r!.d}`, last: r!.last ?? "" })
+    )
+  /** The tenants' audit entries written after `last`. */
+  const auditSince = (tenants: ReadonlyArray<string>, last: string) =>
+    sql.unsafe<{ request_id: string; status: number }>(
+      `SELECT request_id, status FROM audit_entries WHERE tenant_id IN (${tenants.map(lit).join(",")}) AND id > ${lit(last)}`
+    ).pipe(Effect.orDie)
   /** Waits until no run of the tenants is open (a run's own writes are not a request's). */
   const quiet = (tenants: ReadonlyArray<string>) =>
     eventually(
@@ -303,7 +318,7 @@ const snapshots = Effect.gen(function*() {
       (n) => n === 0,
       100
     )
-  return { rows, idempotency, quiet }
+  return { rows, idempotency, audit, auditSince, quiet }
 })
 
 // ---------------------------------------------------------------------------------------------
@@ -854,7 +869,7 @@ const property = (op: Operation) =>
       const mutation = isMutation(op)
       if (mutation) await run(db.quiet(tenants))
       const key = c.headers["idempotency-key"] ?? ""
-      const before = mutation ? await run(Effect.all([db.rows(tenants), db.idempotency(tenants, key)])) : undefined
+      const before = mutation ? await run(Effect.all([db.rows(tenants), db.idempotency(tenants, key), db.audit(tenants)])) : undefined
       if (process.env["PROPERTIES_TRACE"]) console.log(`${Date.now()} ${describeCase(c)}`)
       const res = await send(port, c)
       tally(op, c, res.status)
@@ -881,6 +896,19 @@ const property = (op: Operation) =>
         expect(idem.others, `a refused mutation changed idempotency records: ${what}`).toBe(before[1].others)
         // D5/src/Edge/Idempotency.ts: a 404, 409 or 410 past the gate is stored (replayed); nothing else is
         expect(idem.mine, `stored a ${res.status}: ${what}`).toBeLessThanOrEqual([404, 409, 410].includes(res.status) ? 1 : 0)
+        // D16: its audit entry is all it added to the log: one once its key was admitted (the answer
+        // carries RateLimit headers; routing refusals come before the key), at most one otherwise
+        // (a refused key of the cell), none for what came before the key (URL hygiene, routing)
+        const [kept, added] = await run(Effect.all([db.audit(tenants, before[2].last), db.auditSince(tenants, before[2].last)]))
+        expect(kept.rows, `a refused mutation changed audit entries: ${what}`).toBe(before[2].rows)
+        const admitted = res.headers.get("ratelimit") !== null &&
+          !["route_not_found", "method_not_allowed"].includes(res.body?.error?.code)
+        expect(added.length, `audit entries of a refused mutation: ${what}`).toBeLessThanOrEqual(1)
+        if (admitted || added.length > 0) {
+          expect(added, `audit entries of a refused mutation: ${what}`).toEqual([
+            { request_id: res.headers.get("x-request-id"), status: res.status }
+          ])
+        }
       }
     }
     yield* Effect.promise(() =>

@@ -368,10 +368,16 @@ const populate = Effect.gen(function*() {
   })
   const users = [yield* createUser(sb.P, sb.key, "u1"), yield* createUser(sb.P, sb.key, "u2")]
   const actor = created(yield* post("/service-actors", { name: "svc" }))
+  // a webhook endpoint (on the allowlisted host, which does not resolve: its deliveries stay pending) and the run's delivery
+  const endpoint = created(yield* post("/webhook-endpoints", { url: `https://${ALLOWED_HOST}/hooks`, event_types: ["run.succeeded"] }))
   const conversation = created(yield* post("/conversations", { workspace_id: ws.id, agent_revision_id: rev.id }))
   const run = created(yield* post(`/conversations/${conversation}/runs`, { input: [{ type: "text", text: "hi" }] }), 202)
   yield* eventually(request("GET", `${sb.P}/runs/${run}`, { key: sb.key }), (r) => isTerminal(r.body?.data?.status))
   const events = yield* request("GET", `${sb.P}/runs/${run}/events`, { key: sb.key })
+  const deliveries = yield* eventually(
+    request("GET", `${sb.P}/webhook-deliveries`, { key: sb.key }),
+    (r) => r.body?.items?.length === 1
+  )
   const spare = [
     (yield* createKey(sb.tenantId, ["users:read"], "spare-1")).id,
     (yield* createKey(sb.tenantId, ["users:read"], "spare-2")).id
@@ -387,6 +393,7 @@ const populate = Effect.gen(function*() {
     service_actor_id: [actor],
     workspace_id: [ws.id],
     model_profile_id: [mp.id],
+    default_model_profile_id: [mp.id],
     agent_id: [agent.id],
     revision_id: [rev.id],
     agent_revision_id: [rev.id],
@@ -397,7 +404,9 @@ const populate = Effect.gen(function*() {
     connection_id: [connection],
     tool_id: tools.body.items.map((t: any) => t.id),
     tool_ids: tools.body.items.map((t: any) => t.id),
-    event_id: events.body.items.map((e: any) => e.id)
+    event_id: events.body.items.map((e: any) => e.id),
+    endpoint_id: [endpoint],
+    delivery_id: deliveries.body.items.map((d: any) => d.id)
   }
   return { tenantId: sb.tenantId, key: sb.key, ids } satisfies Cell
 })

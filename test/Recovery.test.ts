@@ -14,37 +14,15 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
-import { randomUUID } from "node:crypto"
 import { OPERATOR_TOKEN } from "./support/App.js"
 import { freshDatabase } from "./support/Database.js"
 import { RUN_SCOPES, TERMINAL } from "./support/Sandboxes.js"
-import { type ChildServer, killAllChildren, startChild } from "./support/Server.js"
+import { callChild as call, type ChildServer, killAllChildren, startChild } from "./support/Server.js"
 import { realSleep } from "./support/Waiting.js"
 
 afterEach(killAllChildren)
 
 const SUCCEEDED_EVENTS = ["run.queued", "run.started", "run.message", "run.succeeded"]
-
-const call = (base: string, method: string, path: string, token: string, body?: unknown) =>
-  Effect.promise(async () => {
-    const res = await fetch(`${base}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${token}`,
-        ...(body !== undefined ? { "content-type": "application/json" } : {}),
-        ...(method !== "GET" && path.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {})
-      },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-    })
-    const text = await res.text()
-    let json: any = undefined
-    try {
-      json = text === "" ? undefined : JSON.parse(text)
-    } catch {
-      // not JSON
-    }
-    return { status: res.status, json, text }
-  })
 
 const expectStatus = (res: { status: number; text: string }, status: number, what: string) => {
   if (res.status !== status) throw new Error(`${what}: expected ${status}, got ${res.status}: ${res.text}`)

@@ -18,7 +18,8 @@ describe("configuration", () => {
         dataDir: "./.data",
         rateLimit: { ratePerSecond: 60, burst: 120 },
         cellIdleTimeoutSeconds: 600,
-        dbPoolSize: 20
+        dbPoolSize: 20,
+        webhooks: { concurrency: 32, endpointConcurrency: 4, leaseSeconds: 60, pollSeconds: 30 }
       })
       expect(Option.isNone(s.databaseUrl)).toBe(true)
       expect(Option.isNone(s.operatorToken)).toBe(true)
@@ -37,7 +38,9 @@ describe("configuration", () => {
           { DB_POOL_SIZE: "1" }, // migrations need a second connection besides their lock's
           { CELL_RATE_LIMIT_RPS: "0" },
           { CELL_RATE_LIMIT_BURST: "0" },
-          { CELL_IDLE_TIMEOUT_SECONDS: "0" }
+          { CELL_IDLE_TIMEOUT_SECONDS: "0" },
+          { WEBHOOK_CONCURRENCY: "0" },
+          { WEBHOOK_LEASE_SECONDS: "15" } // an attempt takes up to 15 s: its lease must outlast it
         ]
       ) {
         const loaded = yield* loadSettings(env)

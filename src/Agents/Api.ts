@@ -139,9 +139,15 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
       .annotate(
         OpenApi.Description,
         "Revisions are immutable (no update or delete; the database refuses both). " +
-          "`tool_ids` name tools of reviewed connections of this environment, no two with the same name."
+          "`tool_ids` name tools of reviewed connections of this environment, no two with the same name. " +
+          "Without `model_profile_id`, the revision pins the environment's `default_model_profile_id` (settings)."
       )
       .annotate(Refusals, [
+        {
+          code: "parameter_missing",
+          param: "model_profile_id",
+          when: "`model_profile_id` is omitted and the environment has no `default_model_profile_id`"
+        },
         {
           code: "unknown_tool",
           param: "tool_ids.N",

@@ -187,6 +187,13 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
           VALUES (${r.id}, ${r.cell.tenantId}, ${r.cell.environment}, ${r.agentId}, ${r.modelProfileId}, ${r.instructions},
                   ${[...r.toolIds] as Array<string>}::text[], ${r.contentHash}, ${r.at})
           RETURNING ${revisionColumns}`.pipe(Rows.single(AgentRevisionRow)),
+      /** The environment's default model profile (its settings, D16), if it has one. */
+      defaultModelProfile: (tenantId: string, env: string) =>
+        sql`SELECT default_model_profile_id FROM environment_settings
+          WHERE tenant_id = ${tenantId} AND environment = ${env} AND default_model_profile_id IS NOT NULL`.pipe(
+          Rows.maybe(Schema.Struct({ default_model_profile_id: Schema.String })),
+          Effect.map((r) => r?.default_model_profile_id)
+        ),
       /** What a run needs to call the model: the pinned revision and its model profile. */
       revisionContext: (revisionId: string) =>
         sql`SELECT rv.instructions, rv.tool_ids, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings

@@ -1,7 +1,8 @@
 /**
  * SQL of approvals (D9). The run actor and the decision handler write them inside the run's commit
  * (RunStore.commitAll `also`), so an approval, its run's status and its events change together.
- * Status changes go through one write, `transition`, guarded by the domain's table.
+ * Status changes go through one write, `transition`, guarded by the domain's table; an approval
+ * that expires is announced (webhook event `approval.expired`, D18) in the same transaction.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
@@ -9,7 +10,8 @@ import { Effect, Schema } from "effect"
 import * as Rows from "../Database/Rows.js"
 import { type Approval, type ApprovalEvent, ApprovalStatus, approvalTransition } from "../Domain/Approvals.js"
 import { ToolCallOfRun } from "../Domain/Runs.js"
-import { toIso } from "../Kernel/Ids.js"
+import { makeId, toIso } from "../Kernel/Ids.js"
+import { WebhooksRepo } from "../Webhooks/Repo.js"
 
 const UserRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
 
@@ -55,6 +57,7 @@ export type NewApproval = Omit<ApprovalRow, "status" | "reason" | "decided_by" |
 export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const webhooks = yield* WebhooksRepo
 
     const approvalFor = (runId: string, toolCallId: string) =>
       sql`SELECT * FROM approvals WHERE run_id = ${runId} AND tool_call_id = ${toolCallId}`.pipe(Rows.maybe(ApprovalRow))
@@ -69,6 +72,18 @@ export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRep
           VALUES (${a.id}, ${a.tenant_id}, ${a.environment}, ${a.run_id}, ${a.tool_call_id}, ${a.tool_id},
                   ${JSON.stringify(a.operation)}::jsonb, ${JSON.stringify(a.input)}::jsonb, ${a.destination_url},
                   ${a.agent_revision_id}, 'pending', ${a.created_at}, ${a.expires_at})`.pipe(Rows.none)
+
+    /** Announces each approval that expired (D18 `approval.expired`, the approval as `data`). */
+    const announceExpired = (expired: ReadonlyArray<ApprovalRow>, at: Date) =>
+      Effect.forEach(expired, (a) =>
+        Effect.flatMap(makeId("evt"), (eventId) =>
+          webhooks.enqueue({
+            cell: { tenantId: a.tenant_id, environment: a.environment },
+            type: "approval.expired",
+            eventId,
+            at,
+            data: toApproval(a)
+          })), { discard: true })
 
     /**
      * The one write of an approval's status: the approval `id` (or the pending approval of a run)
@@ -85,8 +100,11 @@ export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRep
         UPDATE approvals SET status = ${to}, decided_at = ${at},
           reason = ${decision.reason === undefined ? sql`reason` : decision.reason},
           decided_by = ${decision.by === undefined ? sql`decided_by` : sql`${JSON.stringify(decision.by)}::jsonb`}
-        WHERE ${"id" in target ? sql`id = ${target.id}` : sql`run_id = ${target.runId}`} AND status IN ${sql.in([...from])}`
-        .pipe(Rows.none)
+        WHERE ${"id" in target ? sql`id = ${target.id}` : sql`run_id = ${target.runId}`} AND status IN ${sql.in([...from])}
+        RETURNING *`.pipe(
+        Rows.all(ApprovalRow),
+        Effect.flatMap((changed) => (to === "expired" ? announceExpired(changed, at) : Effect.void))
+      )
     }
 
     /** The run's pending approval, if any. */
@@ -108,5 +126,6 @@ export class ApprovalsRepo extends Effect.Service<ApprovalsRepo>()("ApprovalsRep
           ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(ApprovalRow))
 
     return { approvalFor, approval, insertApproval, transition, pendingOf, listApprovals } as const
-  })
+  }),
+  dependencies: [WebhooksRepo.Default]
 }) {}

@@ -94,6 +94,22 @@ export interface AppConfigShape {
   readonly tools: ToolConfig
   /** the HTTP edge: request limits, server timeouts, the rate limit of requests without a valid key (D19) */
   readonly edge: EdgeConfig
+  /** webhook deliveries (D18): how many are in flight, per endpoint and per process, their lease, the fallback poll */
+  readonly webhooks: WebhookConfig
+}
+
+export interface WebhookConfig {
+  /** deliveries in flight at once in this process */
+  readonly concurrency: number
+  /** deliveries in flight at once to one endpoint (every process's live leases counted when claiming) */
+  readonly endpointConcurrency: number
+  /**
+   * how long a claimed delivery is held: longer than an attempt (15 s) and its recording; past it,
+   * an unrecorded attempt (its process died) counts as an unknown outcome and the delivery is sent again
+   */
+  readonly leaseSeconds: number
+  /** LISTEN/NOTIFY wakes the workers at once; this slow poll is the fallback */
+  readonly pollSeconds: number
 }
 
 export interface EdgeConfig {
@@ -178,6 +194,13 @@ const positive = (name: string, fallback: number) =>
     Config.withDefault(fallback),
     Config.validate({ message: `${name} must be a number > 0`, validation: (n) => Number.isFinite(n) && n > 0 })
   )
+
+export const defaultWebhookConfig: WebhookConfig = {
+  concurrency: 32,
+  endpointConcurrency: 4,
+  leaseSeconds: 60,
+  pollSeconds: 30
+}
 
 export const defaultToolConfig: ToolConfig = {
   issuer: Option.none(),
@@ -277,6 +300,14 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       requestTimeoutSeconds: bounded("HTTP_REQUEST_TIMEOUT_SECONDS", 30, 3600),
       keepAliveTimeoutSeconds: bounded("HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", 5, 3600),
       maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000)
+    }),
+    webhooks: Config.all({
+      concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),
+      endpointConcurrency: bounded("WEBHOOK_ENDPOINT_CONCURRENCY", 4, 1000),
+      leaseSeconds: bounded("WEBHOOK_LEASE_SECONDS", 60, 86_400).pipe(
+        Config.validate({ message: "WEBHOOK_LEASE_SECONDS must be at least 16 (an attempt takes up to 15 s)", validation: (n) => n >= 16 })
+      ),
+      pollSeconds: bounded("WEBHOOK_POLL_SECONDS", 30, 3600)
     })
   })
 
@@ -302,6 +333,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     runs: defaultRunConfig,
     tools: defaultToolConfig,
     edge: defaultEdgeConfig,
+    webhooks: defaultWebhookConfig,
     ...overrides
   })
 }

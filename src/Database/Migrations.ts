@@ -16,6 +16,8 @@ import tools from "./migrations/0007_tools.js"
 import requestRefs from "./migrations/0008_request_refs.js"
 import usedAssertions from "./migrations/0009_used_assertions.js"
 import atomicIdempotency from "./migrations/0010_atomic_idempotency.js"
+import webhooks from "./migrations/0011_webhooks.js"
+import auditSettings from "./migrations/0012_audit_settings.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -30,7 +32,9 @@ export const loader = Migrator.fromRecord({
   "0007_tools": tools,
   "0008_request_refs": requestRefs,
   "0009_used_assertions": usedAssertions,
-  "0010_atomic_idempotency": atomicIdempotency
+  "0010_atomic_idempotency": atomicIdempotency,
+  "0011_webhooks": webhooks,
+  "0012_audit_settings": auditSettings
 })
 
 const migrate = Migrator.make({})

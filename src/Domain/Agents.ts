@@ -209,7 +209,9 @@ export type AgentRevision = typeof AgentRevision.Type
 
 export const CreateAgentRevision = strictBody(
   Schema.Struct({
-    model_profile_id: IdRef,
+    model_profile_id: Schema.optional(IdRef).annotations({
+      description: "The model profile the revision pins; default: the environment's `default_model_profile_id` (settings)"
+    }),
     instructions: Schema.String.pipe(Schema.maxLength(100_000)),
     tool_ids: Schema.Array(IdRef).annotations({ description: "Tool ids; must be empty until tools exist (issue 5)" })
   }).annotations({ identifier: "CreateAgentRevision" })

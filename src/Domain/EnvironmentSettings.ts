@@ -1,7 +1,7 @@
 /** Environment settings (D9, D16): what a customer configures per environment. */
 import { Schema } from "effect"
 
-import { SingleLine } from "../Kernel/Strings.js"
+import { RefString, SingleLine } from "../Kernel/Strings.js"
 
 import { strictBody } from "../Kernel/Body.js"
 
@@ -25,14 +25,29 @@ export const IdentityProvider = Schema.Struct({
 })
 export type IdentityProvider = typeof IdentityProvider.Type
 
+/** How long audit entries are kept when an environment has not chosen (the contract's 90-day metadata retention). */
+export const DEFAULT_AUDIT_RETENTION_DAYS = 90
+
+const AuditRetentionDays = Schema.Int.pipe(Schema.between(1, 3650, { message: () => "must be an integer from 1 to 3650" }))
+  .annotations({ description: `Days audit entries are kept, 1 to 3650 (default ${DEFAULT_AUDIT_RETENTION_DAYS})` })
+
+const DefaultModelProfileId = Schema.NullOr(RefString).annotations({
+  description: "The model profile a revision created without `model_profile_id` uses; a profile of this environment, or null"
+})
+
 export const Settings = Schema.Struct({
   object: Schema.Literal("settings"),
   identity_provider: Schema.NullOr(IdentityProvider),
+  default_model_profile_id: DefaultModelProfileId,
+  audit_retention_days: AuditRetentionDays,
   updated_at: Schema.NullOr(Timestamp)
 }).annotations({ identifier: "EnvironmentSettings" })
 
 export const UpdateSettings = strictBody(
   Schema.Struct({
-    identity_provider: Schema.optional(Schema.NullOr(IdentityProvider))
+    identity_provider: Schema.optional(Schema.NullOr(IdentityProvider)),
+    default_model_profile_id: Schema.optional(DefaultModelProfileId),
+    audit_retention_days: Schema.optional(AuditRetentionDays)
   }).annotations({ identifier: "UpdateSettings" })
 )
+export type UpdateSettings = typeof UpdateSettings.Type

@@ -38,6 +38,16 @@ export const NON_TERMINAL_STATUSES = [
 
 export const isTerminal = (s: RunStatus): boolean => (TERMINAL_STATUSES as ReadonlyArray<RunStatus>).includes(s)
 
+/** The events of the transitions into a terminal status (TABLE below). */
+export const TERMINAL_EVENT_TYPES = [
+  "run.succeeded",
+  "run.failed",
+  "run.cancelled",
+  "run.expired",
+  "run.interrupted",
+  "run.outcome_unknown"
+] as const
+
 export const EventType = Schema.Literal(
   "run.queued",
   "run.started",
@@ -48,12 +58,7 @@ export const EventType = Schema.Literal(
   "run.requires_action",
   "run.approval.decided",
   "run.cancel_requested",
-  "run.succeeded",
-  "run.failed",
-  "run.cancelled",
-  "run.expired",
-  "run.interrupted",
-  "run.outcome_unknown",
+  ...TERMINAL_EVENT_TYPES,
   "run.reconciled"
 ).annotations({ identifier: "RunEventType" })
 export type EventType = typeof EventType.Type

@@ -11,14 +11,20 @@
  * and, on the way out, `X-Request-Id`, `Cache-Control: no-store`, RateLimit headers and any header
  * a handler set (Location). A mutation whose answer is not stored (400, 401, 403, 429, 500, 503, or
  * anything decided before the gate) is rolled back whole: nothing half-done, safe to retry.
+ * The audit log (D16, src/Edge/AuditTrail.ts): a kept mutation's entry is written in its
+ * transaction, beside its stored response; a refused or rolled-back one's on its own afterwards; a
+ * replay's not at all; a failed authentication's in the environment of the key it names, if any.
+ * `/operator/v1` requests about an environment are audited too, a POST in one transaction with its
+ * entry (rolled back unless 2xx).
  * Failures that escape the HttpApi (unknown routes, unreadable bodies, defects) become the same
  * error envelope here. Every log line of a request carries its `request_id`, and so does its span.
  */
 import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Cause, Data, Effect, FiberRef, Option } from "effect"
+import { Cause, Data, Effect, FiberRef, Option, Schema } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
+import type { Audit } from "../Audit.js"
 import { Cells } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
@@ -34,13 +40,16 @@ import {
   toEnvelope,
   Unavailable
 } from "../Kernel/Errors.js"
+import { EnvironmentName } from "../Kernel/Ids.js"
+import type { Principal } from "../Kernel/Principal.js"
 import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
 import { Auth } from "../Platform/Auth.js"
+import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
 import { requestIdOf } from "./RequestIds.js"
-import { matchRoute, type Route } from "./Routes.js"
+import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
 /** Headers a handler set that are part of the response a replay gives again (D5, D7). */
@@ -65,6 +74,10 @@ const pathOf = (url: string) => {
 
 const bodyText = (response: HttpServerResponse.HttpServerResponse): string =>
   response.body._tag === "Uint8Array" ? new TextDecoder().decode(response.body.body) : ""
+
+const isEnvironmentName = Schema.is(EnvironmentName)
+
+const isSuccess = (response: HttpServerResponse.HttpServerResponse) => response.status >= 200 && response.status < 300
 
 /** Errors that escaped the HttpApi, as envelopes. */
 const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
@@ -116,32 +129,56 @@ const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestS
 /** A mutation's answer that must not be kept: the transaction is rolled back and this is the answer. */
 class RolledBack extends Data.TaggedError("RolledBack")<{ readonly response: HttpServerResponse.HttpServerResponse }> {}
 
-/** The stored form of a response: the secret fields of its body become null (D5). */
-const storedForm = (response: HttpServerResponse.HttpServerResponse, state: RequestState): Idempotency.StoredResponse => {
-  const text = bodyText(response)
-  let body = text
-  try {
-    body = JSON.stringify(Idempotency.redactSecrets(JSON.parse(text)))
-  } catch {
-    // not JSON: stored as is
-  }
+/** The stored form of a response (its JSON body given parsed): the secret fields of its body become null (D5). */
+const storedForm = (
+  response: HttpServerResponse.HttpServerResponse,
+  state: RequestState,
+  parsed: unknown = AuditTrail.parsedBody(response)
+): Idempotency.StoredResponse => {
+  // not JSON: stored as is
+  const body = parsed === undefined ? bodyText(response) : JSON.stringify(Idempotency.redactSecrets(parsed))
   const headers: Record<string, string> = { "x-request-id": state.requestId }
   for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
   return { status: response.status, headers, body }
 }
 
 /**
- * A mutation in one transaction with its stored response (see the module comment); afterwards the
- * handler's after-commit work, then its continuation.
+ * `work` (an answer, decided within) in one transaction, while `state.afterCommit` collects what
+ * must wait for the commit, run once it committed. Not kept: `work` refused its answer (RolledBack)
+ * or failed (the error's answer); nothing of it was committed.
+ */
+const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerResponse, RolledBack, R>, state: RequestState) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const afterCommit: Array<Effect.Effect<void>> = []
+    state.afterCommit = afterCommit
+    const committed = yield* sql.withTransaction(work).pipe(
+      Effect.map((response) => ({ response, kept: true })),
+      Effect.catchTag("RolledBack", ({ response }) => Effect.succeed({ response, kept: false })),
+      Effect.catchAllCause((cause) => Effect.map(escaped(cause, state), (response) => ({ response, kept: false })))
+    )
+    state.afterCommit = undefined
+    if (committed.kept) {
+      for (const after of afterCommit) {
+        yield* after.pipe(Effect.catchAllCause((cause) => Effect.logError("work after a commit failed", cause)))
+      }
+    }
+    return committed
+  })
+
+/**
+ * A mutation in one transaction with its stored response and its audit entry (see the module
+ * comment); afterwards the handler's after-commit work, then its continuation.
  */
 const transactional = <E, R>(
   app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
   state: RequestState,
   scope: Idempotency.Scope,
-  fingerprint: string
+  fingerprint: string,
+  trail: AuditTrail.Trail,
+  principal: Principal
 ) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const idem = yield* Idempotency.Idempotency
     const gate: IdempotencyGate = {
       outcome: "pending",
@@ -156,32 +193,34 @@ const transactional = <E, R>(
         }))
       )
     }
-    const afterCommit: Array<Effect.Effect<void>> = []
     state.idempotency = gate
-    state.afterCommit = afterCommit
 
-    const committed = yield* sql.withTransaction(Effect.gen(function*() {
-      const response = yield* answered(app, state)
-      if (gate.outcome === "replayed") return response
-      if (gate.outcome !== "passed") {
-        // Decided before the gate (routing, scopes, validation, tenancy) or by it (409): nothing is kept.
-        if (response.status >= 200 && response.status < 300) {
-          return yield* Effect.dieMessage(`a /v1 mutation answered ${response.status} without passing the idempotency gate`)
+    const committed = yield* inTransaction(
+      Effect.gen(function*() {
+        const response = yield* answered(app, state)
+        if (gate.outcome === "replayed") return response
+        if (gate.outcome !== "passed") {
+          // Decided before the gate (routing, scopes, validation, tenancy) or by it (409): nothing is kept.
+          if (isSuccess(response)) {
+            return yield* Effect.dieMessage(`a /v1 mutation answered ${response.status} without passing the idempotency gate`)
+          }
+          return yield* new RolledBack({ response })
         }
-        return yield* new RolledBack({ response })
-      }
-      if (!Idempotency.isStored(response.status)) return yield* new RolledBack({ response })
-      yield* idem.store(scope, fingerprint, storedForm(response, state))
-      return response
-    })).pipe(
-      Effect.map((response) => ({ response, kept: true })),
-      Effect.catchTag("RolledBack", ({ response }) => Effect.succeed({ response, kept: false })),
-      Effect.catchAllCause((cause) => Effect.map(escaped(cause, state), (response) => ({ response, kept: false })))
+        if (!Idempotency.isStored(response.status)) return yield* new RolledBack({ response })
+        const body = AuditTrail.parsedBody(response)
+        yield* idem.store(scope, fingerprint, storedForm(response, state, body))
+        // its audit entry (D16): durable with the mutation and its stored response, or neither is
+        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body)
+        return response
+      }),
+      state
     )
-    state.afterCommit = undefined
-    if (!committed.kept) return committed.response
-    for (const work of afterCommit) {
-      yield* work.pipe(Effect.catchAllCause((cause) => Effect.logError("work after a commit failed", cause)))
+    if (!committed.kept) {
+      // refused or rolled back: its entry on its own, with the status answered (a replay writes none)
+      if (gate.outcome !== "replayed") {
+        yield* AuditTrail.writeAnswerAlone(trail, state, AuditTrail.keyHolder(principal, state), committed.response)
+      }
+      return committed.response
     }
     if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
     const instead = yield* state.continuation
@@ -217,31 +256,13 @@ const admit = (state: RequestState, address: string) =>
     return { principal, rate }
   })
 
-/** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
-const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState, address: string) =>
+/**
+ * A mutation's checks before its transaction (Idempotency-Key, body, actor token): its idempotency
+ * scope and fingerprint.
+ */
+const prepared = (request: HttpServerRequest.HttpServerRequest, state: RequestState, principal: Principal) =>
   Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
     const config = yield* AppConfig
-
-    const { principal, rate } = yield* admit(state, address).pipe(
-      Effect.catchTag("ClientExhausted", ({ decision }) => {
-        state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
-        return new RateLimited({
-          code: "rate_limited",
-          message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
-        })
-      })
-    )
-    if (!rate.allowed) {
-      state.headers["retry-after"] = String(rate.retryAfterSeconds)
-      return yield* new RateLimited({
-        code: "rate_limited",
-        message: "Too many requests for this environment; retry after the time in Retry-After"
-      })
-    }
-
-    if (!MUTATIONS.has(request.method)) return yield* app
-
     const key = request.headers["idempotency-key"]
     if (key === undefined) {
       return yield* new InvalidRequest({
@@ -272,10 +293,52 @@ const guarded = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse,
       path,
       key
     }
+    return { scope, fingerprint: Idempotency.fingerprint(request.method, path, body) }
+  })
+
+/** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
+const guarded = <E, R>(
+  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+  state: RequestState,
+  address: string,
+  trail: AuditTrail.Trail
+) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+
+    const { principal, rate } = yield* admit(state, address).pipe(
+      Effect.tapErrorTag("AuthenticationFailed", (e) =>
+        AuditTrail.authenticationFailed(trail, state, request.headers["authorization"], e.code)),
+      Effect.catchTag("ClientExhausted", ({ decision }) => {
+        state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
+        return new RateLimited({
+          code: "rate_limited",
+          message: "Too many requests without a valid key from this address; retry after the time in Retry-After"
+        })
+      })
+    )
+    if (!rate.allowed) {
+      state.headers["retry-after"] = String(rate.retryAfterSeconds)
+      return yield* new RateLimited({
+        code: "rate_limited",
+        message: "Too many requests for this environment; retry after the time in Retry-After"
+      })
+    }
+
+    if (!MUTATIONS.has(request.method)) {
+      return yield* app
+    }
+
+    const { fingerprint, scope } = yield* prepared(request, state, principal).pipe(
+      // refused before its transaction: its audit entry on its own
+      Effect.tapError((e) =>
+        AuditTrail.writeAlone(trail, state, AuditTrail.keyHolder(principal, state), errorClassOf(e).status, undefined)
+      )
+    )
     const idem = yield* Idempotency.Idempotency
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
-    return yield* idem.detached(transactional(app, state, scope, Idempotency.fingerprint(request.method, path, body)))
+    return yield* idem.detached(transactional(app, state, scope, fingerprint, trail, principal))
   })
 
 /** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */
@@ -292,9 +355,12 @@ const publicV1 = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse
     return yield* app
   })
 
-/** Routing before anything that depends on the key: 404 for a path no operation has, 405 for a wrong method. */
+/**
+ * Routing before anything that depends on the key: 404 for a path no operation has, 405 for a wrong
+ * method; the operation found.
+ */
 const routed = (routes: ReadonlyArray<Route>, method: string, path: string, state: RequestState) =>
-  Effect.suspend((): Effect.Effect<void, NotFound | MethodNotAllowed> => {
+  Effect.suspend((): Effect.Effect<Extract<RouteMatch, { _tag: "Found" }>, NotFound | MethodNotAllowed> => {
     const match = matchRoute(routes, method, path)
     if (match._tag === "NoRoute") return new NotFound({ code: "route_not_found", message: "Unrecognized request URL" })
     if (match._tag === "WrongMethod") {
@@ -304,7 +370,57 @@ const routed = (routes: ReadonlyArray<Route>, method: string, path: string, stat
         message: `${method} is not allowed on this path; it allows ${match.allow.join(", ")}`
       })
     }
-    return Effect.void
+    return Effect.succeed(match)
+  })
+
+/** The environment an operator request is about: its path's, else the one its handler named. */
+const operatorSubject = (trail: AuditTrail.Trail, state: RequestState): AuditTrail.Who | undefined => {
+  const tenantId = trail.params["tenant_id"]
+  const environment = trail.params["environment"]
+  const cell = tenantId !== undefined && isEnvironmentName(environment) ? { tenantId, environment } : state.auditSubject
+  return cell === undefined ? undefined : { cell, actor: AuditTrail.OPERATOR, keyId: null }
+}
+
+/** An operator request's entry on its own; none without an environment, or for a refused token (logged). */
+const operatorAnswered = (trail: AuditTrail.Trail, state: RequestState, response: HttpServerResponse.HttpServerResponse) => {
+  const who = operatorSubject(trail, state)
+  if (response.status === 401) {
+    return Effect.logInfo("authentication failed").pipe(
+      Effect.annotateLogs({ code: "invalid_operator_token", operation: trail.action, ip: trail.ip ?? "unknown" })
+    )
+  }
+  return who === undefined ? Effect.void : AuditTrail.writeAnswerAlone(trail, state, who, response)
+}
+
+/**
+ * `/operator/v1` (D1, D16): a request about an environment leaves an entry of the operator there. A
+ * POST runs in one transaction with its entry, rolled back unless it answered 2xx (its entry then
+ * written on its own), and what its handler asked for after the commit runs once it committed; a
+ * read's entry is written after its answer.
+ */
+const operatorPlane = <E, R>(
+  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+  state: RequestState,
+  trail: AuditTrail.Trail
+) =>
+  Effect.gen(function*() {
+    if (!MUTATIONS.has(trail.method)) {
+      const response = yield* answered(app, state)
+      yield* operatorAnswered(trail, state, response)
+      return response
+    }
+    const committed = yield* inTransaction(
+      Effect.gen(function*() {
+        const response = yield* answered(app, state)
+        if (!isSuccess(response)) return yield* new RolledBack({ response })
+        const who = operatorSubject(trail, state)
+        if (who !== undefined) yield* AuditTrail.write(trail, state, who, response.status, AuditTrail.parsedBody(response))
+        return response
+      }),
+      state
+    )
+    if (!committed.kept) yield* operatorAnswered(trail, state, committed.response)
+    return committed.response
   })
 
 /**
@@ -328,15 +444,23 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
       const path = pathOf(request.url)
       const address = Option.getOrElse(request.remoteAddress, () => "unknown")
       const v1 = path.startsWith("/v1/")
+      const operatorMatch = path.startsWith("/operator/v1/") ? matchRoute(routes, request.method, path) : undefined
       const handled = v1
         ? checkUrl(request.url).pipe(
           Effect.zipRight(routed(routes, request.method, path, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
-          Effect.zipRight(isPublicV1(path) ? publicV1(app, state, address) : guarded(app, state, address))
+          Effect.flatMap((match) =>
+            isPublicV1(path)
+              ? publicV1(app, state, address)
+              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
+          )
         )
+        : operatorMatch?._tag === "Found"
+        ? operatorPlane(app, state, AuditTrail.trailOf(operatorMatch, request.method, address))
         : app
       type Needs =
         | HttpServerRequest.HttpServerRequest
         | Auth
+        | Audit
         | Cells
         | Idempotency.Idempotency
         | ActorSessions

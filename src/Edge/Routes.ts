@@ -5,7 +5,8 @@
  *     some operation has, with another method, with 405 `method_not_allowed` and `Allow`, before
  *     anything that depends on the key (issue 15, D19 "routing before authentication");
  *   - request metrics label a request with its operation (the endpoint's name, `createRun`) and
- *     annotate its logs with the path's `tenant_id`, never with a raw path's ids.
+ *     annotate its logs with the path's `tenant_id`, never with a raw path's ids;
+ *   - audit entries name the operation and the resource the path names (`AuditTrail`).
  * Matching is the router's: segment by segment, and where two routes differ first, the static
  * segment wins over a parameter.
  */
@@ -22,7 +23,7 @@ export interface Route {
 }
 
 export type RouteMatch =
-  | { readonly _tag: "Found"; readonly operation: string; readonly params: Record<string, string> }
+  | { readonly _tag: "Found"; readonly operation: string; readonly route: Route; readonly params: Record<string, string> }
   | { readonly _tag: "NoRoute" }
   | { readonly _tag: "WrongMethod"; readonly allow: ReadonlyArray<string> }
 
@@ -77,7 +78,7 @@ export const matchRoute = (routes: ReadonlyArray<Route>, method: string, path: s
   chosen.params.forEach((name, i) => {
     if (name !== undefined) params[name] = parts[i]!
   })
-  return { _tag: "Found", operation: chosen.operation, params }
+  return { _tag: "Found", operation: chosen.operation, route: chosen, params }
 }
 
 /** The service's routes: the HttpApi's, and those served beside it (the OpenAPI document, /metrics, /docs). */

@@ -8,7 +8,11 @@ import { environment, IdempotencyHeaders, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 export class EnvironmentSettingsApi extends HttpApiGroup.make("settings")
-  .annotate(OpenApi.Description, "An environment's settings: the identity provider whose assertions actor sessions accept.")
+  .annotate(
+    OpenApi.Description,
+    "An environment's settings: the identity provider whose assertions actor sessions accept, the default model " +
+      "profile of new agent revisions, and how long audit entries are kept."
+  )
   .add(
     HttpApiEndpoint.get("getSettings")`/v1/tenants/${tenantId}/environments/${environment}/settings`
       .annotate(OpenApi.Summary, "Get environment settings")
@@ -23,8 +27,11 @@ export class EnvironmentSettingsApi extends HttpApiGroup.make("settings")
       .addSuccess(Single(Settings))
       .annotate(
         OpenApi.Description,
-        "Sets (or, with null, removes) the identity provider. Its keys are given inline (`jwks`, a usable JSON Web " +
-          "Key Set) or as a public HTTPS URL (`jwks_url`, the destination rules of customer tools)."
+        "Sets the fields given; the others keep their value. `identity_provider` (null removes it): its keys are " +
+          "given inline (`jwks`, a usable JSON Web Key Set) or as a public HTTPS URL (`jwks_url`, the destination " +
+          "rules of customer tools). `default_model_profile_id` (null removes it): a model profile of this " +
+          "environment, which an agent revision created without `model_profile_id` then pins (revisions made " +
+          "before keep theirs). `audit_retention_days` (1 to 3650, default 90): entries older than that are swept."
       )
       .annotate(Refusals, [
         {
@@ -37,6 +44,11 @@ export class EnvironmentSettingsApi extends HttpApiGroup.make("settings")
           code: "parameter_invalid",
           param: "identity_provider.jwks",
           when: "`identity_provider.jwks` is not a usable JSON Web Key Set: no keys, or a key that cannot be imported"
+        },
+        {
+          code: "parameter_invalid",
+          param: "default_model_profile_id",
+          when: "`default_model_profile_id` names no model profile of this environment"
         }
       ])
       .annotate(RequiredScopes, ["settings:write"])

@@ -2,7 +2,7 @@ import type { HttpServerResponse } from "@effect/platform"
 import { Effect, FiberRef, type Option } from "effect"
 
 import type { Conflict } from "./Errors.js"
-import type { Principal } from "./Principal.js"
+import type { CellRef, Principal } from "./Principal.js"
 
 /**
  * Per-request state shared between the outer HTTP pipeline (request id, rate limit, idempotency)
@@ -25,6 +25,8 @@ export interface RequestState {
   afterCommit?: Array<Effect.Effect<void>> | undefined
   /** what may answer instead of the stored response once the transaction committed (`Prefer: wait`) */
   continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
+  /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
+  auditSubject?: CellRef | undefined
 }
 
 /**
@@ -75,3 +77,12 @@ export const continueAfterCommit = (
 
 /** Whether the current request is an idempotent mutation running in its transaction. */
 export const inRequestTransaction: Effect.Effect<boolean> = Effect.map(FiberRef.get(currentRequest), (s) => s.afterCommit !== undefined)
+
+/**
+ * Names the tenant and environment the current operator request is about, for its audit entry
+ * (D16), when its path does not (a connection's review, a pilot's approval).
+ */
+export const auditAbout = (cell: CellRef): Effect.Effect<void> =>
+  Effect.map(FiberRef.get(currentRequest), (s) => {
+    s.auditSubject = { tenantId: cell.tenantId, environment: cell.environment }
+  })

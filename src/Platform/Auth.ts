@@ -9,6 +9,9 @@ import type { Principal } from "../Kernel/Principal.js"
 import * as KeySecrets from "./KeySecrets.js"
 import { PlatformRepo } from "./Repo.js"
 
+/** The secret of `Authorization: Bearer <secret>`. */
+const secretOf = (authorization: string | undefined) => authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1]
+
 const invalidKey = new AuthenticationFailed({ code: "invalid_api_key", message: "Invalid API key provided" })
 
 export class Auth extends Effect.Service<Auth>()("Auth", {
@@ -17,14 +20,13 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
 
     const authenticate = (authorization: string | undefined) =>
       Effect.gen(function*() {
-        const match = authorization?.match(/^Bearer\s+(\S+)\s*$/i)
-        if (!match) {
+        const secret = secretOf(authorization)
+        if (secret === undefined) {
           return yield* new AuthenticationFailed({
             code: "missing_api_key",
             message: "Send your service key as `Authorization: Bearer <key>`"
           })
         }
-        const secret = match[1]!
         if (!KeySecrets.looksLikeKey(secret)) return yield* invalidKey
         const row = yield* Effect.orDie(repo.keyBySecretHash(KeySecrets.hash(secret)))
         if (!row) return yield* invalidKey
@@ -51,7 +53,20 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         } satisfies Principal
       }).pipe(Effect.withSpan("Auth.authenticate"))
 
-    return { authenticate } as const
+    /**
+     * After a refusal (401): the key the presented secret names, when it names one of an environment
+     * not yet purged — a revoked key, a key of an environment being deleted, or an unknown secret
+     * with a key's display prefix — so the failure is audited there (D16). Otherwise none.
+     */
+    const refusedKey = (authorization: string | undefined) =>
+      Effect.gen(function*() {
+        const secret = secretOf(authorization)
+        if (secret === undefined || !KeySecrets.looksLikeKey(secret)) return undefined
+        const row = yield* repo.keyOfRefusedSecret(KeySecrets.hash(secret), KeySecrets.prefixOf(secret))
+        return row === undefined ? undefined : { keyId: row.id, tenantId: row.tenant_id, environment: row.environment }
+      }).pipe(Effect.orDie, Effect.withSpan("Auth.refusedKey"))
+
+    return { authenticate, refusedKey } as const
   }),
   dependencies: [PlatformRepo.Default]
 }) {}

@@ -1,15 +1,20 @@
 /**
  * The purge worker (contract 4 rules 6-7): deletion jobs whose `purge_after` has come are taken
  * one at a time (`FOR UPDATE SKIP LOCKED`, so several processes share the work) and their live
- * data is removed in one transaction with the job's completion. Expired tombstones are swept too.
- * Both run on Effect's Clock, so a suite drives the 24 h purge window with TestClock.
+ * data is removed in one transaction with the job's completion, which is announced there too
+ * (webhook event `deletion_job.succeeded`, D18: to the endpoints of the job's environment that
+ * are left, so a user's deletion; an environment's or tenant's purge deletes its endpoints).
+ * Expired tombstones are swept too. Both run on Effect's Clock, so a suite drives the 24 h purge
+ * window with TestClock.
  */
 import { SqlClient } from "@effect/sql"
 import { Cause, Clock, Effect, Exit, Schedule } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
+import { makeId } from "../Kernel/Ids.js"
+import { WebhooksRepo } from "../Webhooks/Repo.js"
 import { PurgeRepo } from "./PurgeRepo.js"
-import type { DeletionJobRow } from "./Rows.js"
+import { type DeletionJobRow, toDeletionJob } from "./Rows.js"
 
 const MAX_ATTEMPTS = 5
 const RETRY_BACKOFF_SECONDS = 300
@@ -26,6 +31,7 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
     const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
     const repo = yield* PurgeRepo
+    const webhooks = yield* WebhooksRepo
 
     const purge = (job: DeletionJobRow, at: Date) => {
       switch (job.resource_type) {
@@ -53,7 +59,14 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
         if (!job) return false
         const outcome = yield* Effect.exit(sql.withTransaction(purge(job, at)))
         if (Exit.isSuccess(outcome)) {
-          yield* repo.jobSucceeded(job.id, at)
+          const done = yield* repo.jobSucceeded(job.id, at)
+          yield* webhooks.enqueue({
+            cell: { tenantId: done.tenant_id, environment: done.environment },
+            type: "deletion_job.succeeded",
+            eventId: yield* makeId("evt"),
+            at,
+            data: toDeletionJob(done)
+          })
           yield* Effect.logInfo("deletion job succeeded").pipe(Effect.annotateLogs({ job: job.id, resource: job.resource_type }))
           return true
         }
@@ -87,5 +100,5 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
 
     return { runDue } as const
   }),
-  dependencies: [PurgeRepo.Default]
+  dependencies: [PurgeRepo.Default, WebhooksRepo.Default]
 }) {}

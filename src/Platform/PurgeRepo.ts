@@ -10,6 +10,8 @@ import { DeletionJobRow } from "./Rows.js"
 
 /** Tables holding a cell's live data by (tenant_id, environment), in an order foreign keys allow. */
 export const CELL_TABLES = [
+  "webhook_deliveries",
+  "webhook_endpoints",
   "tool_operations",
   "approvals",
   "used_assertions",
@@ -27,7 +29,9 @@ export const CELL_TABLES = [
   "environment_settings",
   "workspaces",
   "service_actors",
-  "idempotency_keys"
+  "idempotency_keys",
+  // the environment's audit log goes with it (D16, D19: nothing of a purged environment is kept)
+  "audit_entries"
 ] as const
 
 export class PurgeRepo extends Effect.Service<PurgeRepo>()("PurgeRepo", {
@@ -84,7 +88,8 @@ export class PurgeRepo extends Effect.Service<PurgeRepo>()("PurgeRepo", {
     const jobSucceeded = (id: string, at: Date) =>
       sql`UPDATE deletion_jobs SET state = 'succeeded', started_at = COALESCE(started_at, ${at}),
             completed_at = ${at}, attempts = attempts + 1, error = NULL
-          WHERE id = ${id}`.pipe(Rows.none)
+          WHERE id = ${id}
+          RETURNING *`.pipe(Rows.single(DeletionJobRow))
 
     /** A failed attempt: `failed` for good (completedAt set), or `running` again at `retryAt`. */
     const jobAttemptFailed = (

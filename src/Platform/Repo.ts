@@ -72,6 +72,21 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
           WHERE k.secret_hash = ${hash}`.pipe(Rows.maybe(KeyLookupRow))
 
+    /**
+     * The key a refused secret names (its hash, else its display prefix when exactly one key has it),
+     * unless its environment is purged: where a failed authentication is audited.
+     */
+    const keyOfRefusedSecret = (hash: Uint8Array, prefix: string) =>
+      sql`SELECT k.id, k.tenant_id, k.environment, k.secret_hash = ${hash} AS exact
+          FROM api_keys k
+          JOIN tenants t ON t.id = k.tenant_id
+          JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
+          WHERE (k.secret_hash = ${hash} OR k.prefix = ${prefix}) AND t.status <> 'deleted' AND e.state <> 'deleted'
+          ORDER BY exact DESC LIMIT 2`.pipe(
+        Rows.all(Schema.Struct({ id: Schema.String, tenant_id: Schema.String, environment: EnvironmentName, exact: Schema.Boolean })),
+        Effect.map((rows) => (rows[0]?.exact || rows.length === 1 ? rows[0] : undefined))
+      )
+
     const apiKeys = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
       sql`SELECT ${keyColumns} FROM api_keys
           WHERE tenant_id = ${tenantId} AND environment = ${env} AND ${after(cursor)}
@@ -226,6 +241,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       markEnvironmentDeleting,
       nextCellGeneration,
       keyBySecretHash,
+      keyOfRefusedSecret,
       apiKeys,
       apiKey,
       lockApiKey,

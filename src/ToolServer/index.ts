@@ -1,6 +1,7 @@
 /**
  * The customer tool SDK: what a tool server needs to accept the platform's signed invocations
- * (D10, contract 5) and to honour the write contract (4.1.2).
+ * (D10, contract 5) and to honour the write contract (4.1.2), and what a webhook receiver needs to
+ * verify the platform's deliveries (D11: `verifyWebhook`).
  *
  * ```ts
  * const verifier = makeVerifier({
@@ -42,6 +43,13 @@ export {
   type Verifier,
   type VerifierConfig
 } from "./Verify.js"
+
+/**
+ * Webhook verification: `verifyWebhook({ secrets, headers, rawBody })` checks a delivery's
+ * Standard Webhooks signature (with `standardwebhooks`) and timestamp; it returns the event or fails
+ * with `WebhookRejected`.
+ */
+export { verifyWebhook, type WebhookEvent, WebhookRejected, type WebhookRequest } from "./Webhooks.js"
 
 /**
  * The write contract on Postgres (@effect/sql): `ensureSchema` creates `tool_operations`;

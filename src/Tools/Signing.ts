@@ -19,6 +19,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { afterCommit } from "../Kernel/RequestContext.js"
 import { PlatformRepo } from "../Platform/Repo.js"
 import { SigningRepo } from "./SigningRepo.js"
 
@@ -145,7 +146,12 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
           yield* repo.retireActive(cell, new Date(now), publishUntil)
           yield* newKey(cell, new Date(now))
         }))
-        remembered.delete(`${cell.tenantId}/${cell.environment}`)
+        // forgotten now, and again once an enclosing transaction (an operator request's) committed
+        const forget = Effect.sync(() => {
+          remembered.delete(`${cell.tenantId}/${cell.environment}`)
+        })
+        yield* forget
+        yield* afterCommit(forget)
         const row = yield* activeRow(cell)
         return { kid: row!.kid, retired_publish_until: publishUntil }
       })

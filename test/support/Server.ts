@@ -6,7 +6,9 @@
  * it is killed, so a test's afterEach (`killAllChildren`) leaves nothing running even when the test
  * failed half-way. The child uses DATABASE_URL (no embedded Postgres), so it works as root too.
  */
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
+import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -125,3 +127,28 @@ export const startChild = async (databaseUrl: string, env: Record<string, string
   }
   return server
 }
+
+/**
+ * A request to a child service with a bearer token (a fresh Idempotency-Key on each /v1 mutation):
+ * its status, parsed JSON body (if any) and text.
+ */
+export const callChild = (base: string, method: string, path: string, token: string, body?: unknown) =>
+  Effect.promise(async () => {
+    const res = await fetch(`${base}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(method !== "GET" && path.startsWith("/v1/") ? { "idempotency-key": randomUUID() } : {})
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+    })
+    const text = await res.text()
+    let json: any = undefined
+    try {
+      json = text === "" ? undefined : JSON.parse(text)
+    } catch {
+      // not JSON
+    }
+    return { status: res.status, json, text }
+  })

@@ -1,0 +1,28 @@
+/** Handlers of webhook endpoints and deliveries (D11, D18). */
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+
+import { Api } from "../Api.js"
+import { inCell } from "../Kernel/Policy.js"
+import { Webhooks } from "../Webhooks.js"
+
+export const WebhookEndpointsLive = HttpApiBuilder.group(Api, "webhook-endpoints", (handlers) =>
+  Effect.map(Webhooks, (webhooks) =>
+    handlers
+      .handle("createWebhookEndpoint", inCell((p, { payload }) => webhooks.create(p, payload)))
+      .handle("listWebhookEndpoints", inCell((p, { urlParams }) => webhooks.list(p, urlParams)))
+      .handle("getWebhookEndpoint", inCell((p, { path }) => webhooks.get(p, path.endpoint_id)))
+      .handle("updateWebhookEndpoint", inCell((p, { path, payload }) => webhooks.update(p, path.endpoint_id, payload)))
+      .handle("deleteWebhookEndpoint", inCell((p, { path }) => webhooks.remove(p, path.endpoint_id)))
+      .handle("rotateWebhookEndpointSecret", inCell((p, { path }) => webhooks.rotateSecret(p, path.endpoint_id)))))
+
+export const WebhookDeliveriesLive = HttpApiBuilder.group(
+  Api,
+  "webhook-deliveries",
+  (handlers) =>
+    Effect.map(Webhooks, (webhooks) =>
+      handlers
+        .handle("listWebhookDeliveries", inCell((p, { urlParams }) => webhooks.listDeliveries(p, urlParams)))
+        .handle("getWebhookDelivery", inCell((p, { path }) => webhooks.getDelivery(p, path.delivery_id)))
+        .handle("replayWebhookDelivery", inCell((p, { path }) => webhooks.replay(p, path.delivery_id))))
+)
