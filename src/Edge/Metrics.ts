@@ -19,19 +19,39 @@ import { matchRoute, ROUTES } from "./Routes.js"
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 
+/** A request's method as a bounded label (metrics, span names). */
+export const methodLabel = (method: string): string => (METHODS.has(method) ? method : "OTHER")
+
+export interface RequestOperation {
+  readonly operation: string
+  readonly params: Record<string, string>
+}
+
 /** The operation a request routes to (`unmatched` if none), and its path parameters. */
-export const operationOf = (method: string, url: string): { readonly operation: string; readonly params: Record<string, string> } => {
+export const operationOf = (method: string, url: string): RequestOperation => {
   const q = url.indexOf("?")
   const match = matchRoute(ROUTES, method, q === -1 ? url : url.slice(0, q))
   return match._tag === "Found" ? { operation: match.operation, params: match.params } : { operation: "unmatched", params: {} }
+}
+
+const matched = new WeakMap<HttpServerRequest.HttpServerRequest, RequestOperation>()
+
+/** `operationOf` a request, matched once: its metrics, its span's name and attributes share it. */
+export const requestOperation = (request: HttpServerRequest.HttpServerRequest): RequestOperation => {
+  let found = matched.get(request)
+  if (found === undefined) {
+    found = operationOf(request.method, request.url)
+    matched.set(request, found)
+  }
+  return found
 }
 
 /** Counts and times every answer; an interrupted request (the client went away) counts as 499. */
 export const requestMetrics = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const { operation, params } = operationOf(request.method, request.url)
-    const method = METHODS.has(request.method) ? request.method : "OTHER"
+    const { operation, params } = requestOperation(request)
+    const method = methodLabel(request.method)
     const started = performance.now()
     const tenant = params["tenant_id"]
     return yield* app.pipe(

@@ -13,10 +13,8 @@
 import { Headers, HttpMiddleware, HttpServerRequest } from "@effect/platform"
 import { Effect, Layer } from "effect"
 
-import { operationOf } from "./Metrics.js"
+import { methodLabel, requestOperation } from "./Metrics.js"
 import { ROUTES } from "./Routes.js"
-
-const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 
 /** Request headers that carry credentials besides @effect/platform's defaults. */
 export const SECRET_HEADERS = ["x-actor-token"] as const
@@ -25,13 +23,13 @@ export const SECRET_HEADERS = ["x-actor-token"] as const
 const TEMPLATES = new Map(ROUTES.map((r) => [r.operation, `/${r.segments.map((s, i) => s ?? `:${r.params[i]}`).join("/")}`]))
 
 export const requestSpanName = (request: HttpServerRequest.HttpServerRequest): string =>
-  `http.server ${METHODS.has(request.method) ? request.method : "OTHER"} ${operationOf(request.method, request.url).operation}`
+  `http.server ${methodLabel(request.method)} ${requestOperation(request).operation}`
 
 /** Annotates the request's span with its operation, route and tenant. */
 export const requestSpanAttributes = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const { operation, params } = operationOf(request.method, request.url)
+    const { operation, params } = requestOperation(request)
     const route = TEMPLATES.get(operation)
     const tenant = params["tenant_id"]
     yield* Effect.annotateCurrentSpan({
