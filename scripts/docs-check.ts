@@ -13,10 +13,11 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { chromium } from "playwright-core"
+
+import { freePort } from "../test/support/Server.js"
 
 const ROOT = path.resolve(import.meta.dirname, "..")
 const OUT = path.resolve(process.env["DOCS_CHECK_DIR"] ?? path.join(ROOT, ".data", "docs-check"))
@@ -36,14 +37,6 @@ const check = (ok: boolean, what: string, detail = "") => {
   if (!ok) throw new Error(`FAILED: ${what}${detail ? `\n${detail}` : ""}`)
   console.log(`ok   ${what}`)
 }
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (server.address() as net.AddressInfo).port
-      server.close(() => resolve(port))
-    }).on("error", reject)
-  })
 
 /** The service from the sources (current code, no build), resolved once it listens. */
 const startService = async (dataDir: string, port: number) => {
