@@ -78,11 +78,15 @@ export const resourceOf = (trail: Trail, body: unknown): AuditRecord["resource"]
   (trail.method === "DELETE" ? undefined : answeredResource(body)) ?? pathResource(trail) ??
     { type: "request", id: trail.action }
 
-/** A JSON body of a response, parsed (undefined when there is none). */
+/** A response's body as text ("" when it is not held in memory, e.g. a stream). */
+export const bodyText = (response: HttpServerResponse.HttpServerResponse): string =>
+  response.body._tag === "Uint8Array" ? new TextDecoder().decode(response.body.body) : ""
+
+/** A response's JSON body, parsed (undefined when it is not JSON). */
 export const parsedBody = (response: HttpServerResponse.HttpServerResponse): unknown => {
   if (response.body._tag !== "Uint8Array") return undefined
   try {
-    return JSON.parse(new TextDecoder().decode(response.body.body))
+    return JSON.parse(bodyText(response))
   } catch {
     return undefined
   }

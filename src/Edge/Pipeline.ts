@@ -72,9 +72,6 @@ const pathOf = (url: string) => {
   return q === -1 ? url : url.slice(0, q)
 }
 
-const bodyText = (response: HttpServerResponse.HttpServerResponse): string =>
-  response.body._tag === "Uint8Array" ? new TextDecoder().decode(response.body.body) : ""
-
 const isEnvironmentName = Schema.is(EnvironmentName)
 
 const isSuccess = (response: HttpServerResponse.HttpServerResponse) => response.status >= 200 && response.status < 300
@@ -136,7 +133,7 @@ const storedForm = (
   parsed: unknown = AuditTrail.parsedBody(response)
 ): Idempotency.StoredResponse => {
   // not JSON: stored as is
-  const body = parsed === undefined ? bodyText(response) : JSON.stringify(Idempotency.redactSecrets(parsed))
+  const body = parsed === undefined ? AuditTrail.bodyText(response) : JSON.stringify(Idempotency.redactSecrets(parsed))
   const headers: Record<string, string> = { "x-request-id": state.requestId }
   for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
   return { status: response.status, headers, body }
