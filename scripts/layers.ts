@@ -34,6 +34,8 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Usage",
       "Audit",
       "Webhooks",
+      "Files",
+      "Memory",
       "Operator",
       "System"
     ]

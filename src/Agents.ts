@@ -18,6 +18,7 @@ import {
   type Provider,
   ScriptedSettings
 } from "./Domain/Agents.js"
+import { isMemoryTool } from "./Domain/Memory.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
@@ -28,13 +29,19 @@ import { Tools } from "./Tools.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
-/** Lowercase hex SHA-256 of the canonical JSON of a revision's content. */
-export const contentHash = (content: { model_profile_id: string; instructions: string; tool_ids: ReadonlyArray<string> }) =>
+/**
+ * Lowercase hex SHA-256 of the canonical JSON of a revision's content. `memory` counts only when
+ * true, so the hashes of revisions made before it existed (and of those without it) are unchanged.
+ */
+export const contentHash = (
+  content: { model_profile_id: string; instructions: string; tool_ids: ReadonlyArray<string>; memory?: boolean | undefined }
+) =>
   createHash("sha256")
     .update(canonicalJson({
       model_profile_id: content.model_profile_id,
       instructions: content.instructions,
-      tool_ids: content.tool_ids
+      tool_ids: content.tool_ids,
+      ...(content.memory === true ? { memory: true } : {})
     }))
     .digest("hex")
 
@@ -159,7 +166,18 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       Effect.gen(function*() {
         yield* agentRow(p, agentId)
         // Only reviewed tools of this tenant and environment, with distinct names.
-        yield* tools.toolsForRevision(p, body.tool_ids)
+        const toolRows = yield* tools.toolsForRevision(p, body.tool_ids)
+        const memory = body.memory === true
+        // The built-in memory tools (D14) take their names: the model could not tell them apart.
+        const shadowing = memory ? toolRows.findIndex((t) => isMemoryTool(t.name)) : -1
+        if (shadowing >= 0) {
+          return yield* invalid(
+            "tool_name_reserved",
+            `tool_ids.${shadowing}: a revision with memory has the built-in tool "${toolRows[shadowing]!.name}"; ` +
+              "a tool of the same name cannot be added",
+            `tool_ids.${shadowing}`
+          )
+        }
         // Without one, the environment's default (settings, D16): the revision pins it like any other.
         const modelProfileId = body.model_profile_id ?? (yield* repo.defaultModelProfile(p.tenantId, p.environment))
         if (modelProfileId === undefined) {
@@ -177,7 +195,8 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
           modelProfileId,
           instructions: body.instructions,
           toolIds: body.tool_ids,
-          contentHash: contentHash({ ...body, model_profile_id: modelProfileId }),
+          memory,
+          contentHash: contentHash({ ...body, model_profile_id: modelProfileId, memory }),
           at: yield* now
         })
         return Repo.toAgentRevision(row)

@@ -10,6 +10,7 @@ import { ApprovalsApi } from "./Approvals/Api.js"
 import { AuditApi } from "./Audit/Api.js"
 import { describeOperations } from "./Edge/OpenApiDoc.js"
 import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
+import { FilesApi } from "./Files/Api.js"
 import {
   AuthenticationError,
   ConflictError,
@@ -20,6 +21,7 @@ import {
   RateLimitedError,
   UnavailableError
 } from "./Kernel/Errors.js"
+import { MemoryApi } from "./Memory/Api.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
 import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
@@ -50,6 +52,8 @@ const base = HttpApi.make("agent-platform")
   .add(AuditApi)
   .add(WebhookEndpointsApi)
   .add(WebhookDeliveriesApi)
+  .add(FilesApi)
+  .add(MemoryApi)
   .add(SystemApi)
   .add(OperatorApi)
 

@@ -26,6 +26,10 @@ import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
+import { Files } from "./Files.js"
+import { FilesLive } from "./Files/Http.js"
+import { Memory } from "./Memory.js"
+import { MemoryLive } from "./Memory/Http.js"
 import { Operator } from "./Operator.js"
 import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
 import { OperatorToken } from "./Operator/Token.js"
@@ -74,6 +78,8 @@ const GroupsLive = Layer.mergeAll(
   AuditLive,
   WebhookEndpointsLive,
   WebhookDeliveriesLive,
+  FilesLive,
+  MemoryLive,
   SystemLive,
   OperatorLive
 )
@@ -106,7 +112,9 @@ export const ServicesLive = Layer.mergeAll(
   EnvironmentSettings.Default,
   Audit.Default,
   Invoker.Default,
-  Webhooks.Default
+  Webhooks.Default,
+  Files.Default,
+  Memory.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
 /**

@@ -13,8 +13,9 @@ import { Cells } from "./Cells/Cells.js"
 import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { type CreateRun, MAX_RUN_TEXT, type Run, type RunEvent } from "./Domain/Runs.js"
+import { type CreateRun, type Run, type RunEvent } from "./Domain/Runs.js"
 import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
+import { Files } from "./Files.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
@@ -22,6 +23,7 @@ import { afterCommit, continueAfterCommit, setResponseHeader } from "./Kernel/Re
 import { Platform } from "./Platform.js"
 import { terminalRunResponse } from "./Runs/Api.js"
 import { EventBus } from "./Runs/EventBus.js"
+import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
 import { eventStream } from "./Runs/Stream.js"
 
@@ -58,6 +60,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const actors = yield* ActorSessions
     const platform = yield* Platform
     const agents = yield* Agents
+    const files = yield* Files
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const visible = (p: Principal, workspaceId: string) =>
@@ -145,14 +148,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken: string | undefined) =>
       Effect.gen(function*() {
         // On behalf of a user when an actor token comes along (its tool calls act for the user).
-        const tooLarge = body.input.findIndex((c) => c.text.length > MAX_RUN_TEXT)
-        if (tooLarge >= 0) {
-          return yield* invalid(
-            "input_too_large",
-            `input.${tooLarge}.text: a text item holds at most ${MAX_RUN_TEXT} characters`,
-            `input.${tooLarge}.text`
-          )
-        }
+        const item = yield* admittedInput(files, p, body.input)
         const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         const conversation = yield* getConversation(p, conversationId)
         const at = yield* now
@@ -172,7 +168,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           created_at: at,
           start_deadline_at: startDeadline,
           authorization_expires_at: authorizationExpires,
-          item: { type: "user_message", text: body.input.map((c) => c.text).join("\n") }
+          item
         })
         if (Option.isNone(queuedEvent)) {
           return yield* new Conflict({
@@ -302,7 +298,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default]
+  dependencies: [EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default, Files.Default]
 }) {}
 
 export type { RunEvent }

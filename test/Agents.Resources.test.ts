@@ -83,11 +83,12 @@ describe("agents resources (D12)", () => {
         agent_id: agent.id,
         model_profile_id: mp.id,
         instructions: "Be brief.",
-        tool_ids: []
+        tool_ids: [],
+        memory: false
       })
       expect(rev.created_at).toMatch(RFC3339)
       expect(Object.keys(rev).sort()).toEqual(
-        ["agent_id", "content_hash", "created_at", "id", "instructions", "model_profile_id", "object", "tool_ids"]
+        ["agent_id", "content_hash", "created_at", "id", "instructions", "memory", "model_profile_id", "object", "tool_ids"]
       )
       expect(expectSingle(yield* request("GET", `${P}/agent-revisions/${rev.id}`, { key: manager }))).toEqual(rev)
 

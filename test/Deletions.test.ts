@@ -1,13 +1,16 @@
 /**
  * The purge worker's failure path: a failing purge is rolled back whole, recorded, retried with
  * backoff and does not block the jobs behind it. Also: the key that deleted a user can follow the
- * job's Location without any scope beyond users:write.
+ * job's Location without any scope beyond users:write. Deleting an environment purges its
+ * workspace memory (D14).
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
+import { Deletions } from "../src/Platform/Deletions.js"
 import { makeTestApp } from "./support/App.js"
-import { provisionSandbox, request } from "./support/Client.js"
+import { createKey, provisionSandbox, request } from "./support/Client.js"
+import { expectSingle } from "./support/Envelopes.js"
 import { advanceUntil, eventually } from "./support/Waiting.js"
 
 describe("deletion jobs", () => {
@@ -62,4 +65,21 @@ describe("deletion jobs", () => {
         expect(after!.external_id).toBeNull()
       }).pipe(Effect.provide(makeTestApp({ sweepIntervalSeconds: 60 })))
     }), 120_000)
+
+  it.live("deleting an environment purges its workspace memory", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const sb = yield* provisionSandbox(["agents:write", "memory:write"])
+      const ws = expectSingle(yield* request("POST", `${sb.P}/workspaces`, { key: sb.key, body: { name: "w" } }), 201)
+      expectSingle(yield* request("PUT", `${sb.P}/workspaces/${ws.id}/memory/k`, { key: sb.key, body: { value: 1 } }))
+      const memory = Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM workspace_memory WHERE tenant_id = ${sb.tenantId}`.pipe(Effect.orDie),
+        ([row]) => row!.n
+      )
+      expect(yield* memory).toBe(1)
+      const deleter = yield* createKey(sb.tenantId, ["environments:write"], "deleter")
+      expect((yield* request("DELETE", sb.P, { key: deleter.secret })).status).toBe(202)
+      yield* (yield* Deletions).runDue // (or the worker's own pass, already under way)
+      expect(yield* eventually(memory, (n) => n === 0)).toBe(0)
+    }).pipe(Effect.provide(makeTestApp({ purgeDelaySeconds: 0 }))), 60_000)
 })

@@ -28,6 +28,7 @@ import { ALL_SCOPES } from "../src/Kernel/Scopes.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
 import { expectSingle } from "./support/Envelopes.js"
+import { upload } from "./support/Files.js"
 import { agentFixture, createUser, isTerminal, scriptedProfile } from "./support/Sandboxes.js"
 import { connectionBody } from "./support/ToolHost.js"
 import { eventually } from "./support/Waiting.js"
@@ -388,6 +389,13 @@ const populate = Effect.gen(function*() {
   const review = yield* operator("POST", `/connections/${connection}/review`, { decision: "approve" })
   expect(review.status, review.text).toBe(200)
   const tools = yield* request("GET", `${sb.P}/tools?connection_id=${connection}`, { key: sb.key })
+  // a workspace memory item (D14)
+  const memoryKey = "notes:greeting"
+  expectSingle(yield* request("PUT", `${sb.P}/workspaces/${ws.id}/memory/${memoryKey}`, { key: sb.key, body: { value: "hi" } }))
+  const files = [
+    created(yield* upload(sb.P, sb.key, "one", { purpose: "knowledge", filename: "one.txt", type: "text/plain" })),
+    created(yield* upload(sb.P, sb.key, "two", { purpose: "knowledge", filename: "two.txt", type: "text/plain" }))
+  ]
   const ids: Pool = {
     user_id: users.map((u) => u.id),
     service_actor_id: [actor],
@@ -406,7 +414,9 @@ const populate = Effect.gen(function*() {
     tool_ids: tools.body.items.map((t: any) => t.id),
     event_id: events.body.items.map((e: any) => e.id),
     endpoint_id: [endpoint],
-    delivery_id: deliveries.body.items.map((d: any) => d.id)
+    delivery_id: deliveries.body.items.map((d: any) => d.id),
+    key: [memoryKey],
+    file_id: files
   }
   return { tenantId: sb.tenantId, key: sb.key, ids } satisfies Cell
 })
@@ -432,6 +442,8 @@ interface Case {
   readonly query: ReadonlyArray<readonly [string, string]>
   readonly headers: Record<string, string>
   readonly body: unknown
+  /** a multipart/form-data body (file uploads): its fields, and its one file's bytes */
+  readonly form?: { readonly fields: Record<string, string>; readonly file: Uint8Array; readonly filename: string } | undefined
 }
 
 /** Header values HTTP can carry: visible ASCII, inner spaces. */
@@ -498,7 +510,22 @@ const casesOf = (doc: Json, o: Operation & { op: Json }, cell: Cell) => {
       return valid(doc, schema, out) ? out : value
     })
 
-  return fc.record({ path: pathParams, query: queryParams, headers: headerParams, body }).map(({ body, headers, path, query }): Case => ({
+  // A multipart body (an upload): the schema's string fields from their enums, and 1 to 2,000 bytes of file.
+  const multipart = o.op.requestBody?.content?.["multipart/form-data"]?.schema
+  const form = multipart === undefined ? fc.constant(undefined) : fc.record({
+    fields: fc.record(Object.fromEntries(
+      Object.entries<Json>((multipart.$ref === undefined ? multipart : deref(doc, multipart.$ref)).properties ?? {}).filter(([, p]) =>
+        p.format !== "binary" && p.type !== "array"
+      )
+        .map(([name, p]) => [name, arbitrary(doc, p).map(String)])
+    )),
+    file: fc.uint8Array({ minLength: 1, maxLength: 2_000 }),
+    filename: fc.constantFrom("a.txt", "report 2026.pdf", "données.csv")
+  })
+
+  return fc.record({ path: pathParams, query: queryParams, headers: headerParams, body, form }).map((
+    { body, form, headers, path, query }
+  ): Case => ({
     method: o.method.toUpperCase(),
     path: o.path.replace(
       /\{(\w+)\}/g,
@@ -506,7 +533,8 @@ const casesOf = (doc: Json, o: Operation & { op: Json }, cell: Cell) => {
     ),
     query: Object.entries(query).map(([k, v]) => [k, String(v)] as const),
     headers: headers as Record<string, string>,
-    body
+    body,
+    form
   }))
 }
 
@@ -521,6 +549,12 @@ const send = async (baseUrl: string, cell: Cell, c: Case): Promise<Answer> => {
   const query = c.query.length === 0 ? "" : `?${c.query.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join("&")}`
   const headers: Record<string, string> = { ...c.headers, authorization: `Bearer ${cell.key}` }
   if (c.body !== undefined) headers["content-type"] = "application/json"
+  let form: FormData | undefined
+  if (c.form !== undefined) {
+    form = new FormData()
+    for (const [name, value] of Object.entries(c.form.fields)) form.append(name, value)
+    form.append("file", new Blob([c.form.file]), c.form.filename)
+  }
   const abort = new AbortController()
   // An event stream resumed after its run's last event sends nothing (its headers with its first
   // ping, 15 s later): its answer is that nothing was refused.
@@ -531,7 +565,7 @@ const send = async (baseUrl: string, cell: Cell, c: Case): Promise<Answer> => {
       method: c.method,
       headers,
       signal: abort.signal,
-      ...(c.body !== undefined ? { body: JSON.stringify(c.body) } : {})
+      ...(c.body !== undefined ? { body: JSON.stringify(c.body) } : form !== undefined ? { body: form } : {})
     })
     if (res.headers.get("content-type")?.startsWith("text/event-stream")) {
       await res.body?.cancel() // a stream: its status is the answer
@@ -579,7 +613,8 @@ const property = (o: Operation) =>
     const codes: Array<string> = invalid["x-error-codes"]
     const rules: Array<{ code: string; param?: string; when: string }> = invalid["x-error-rules"]
     const parameterNames = (op!.op.parameters ?? []).map((p: Json) => String(p.name).toLowerCase())
-    const schema = op!.op.requestBody?.content?.["application/json"]?.schema
+    const schema = op!.op.requestBody?.content?.["application/json"]?.schema ??
+      op!.op.requestBody?.content?.["multipart/form-data"]?.schema
     const paths = schema === undefined ? [] : [...bodyPaths(doc, schema, "", new Set())]
     const documented = (param: string) => parameterNames.includes(param.toLowerCase()) || paths.some((t) => matchesPath(t, param))
     const tally = statuses.get(o.id) ?? new Map<string, number>()

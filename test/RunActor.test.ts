@@ -16,7 +16,9 @@ import { CancelRun, type CellId, StartRun } from "../src/Cells/Protocol.js"
 import { AppConfig, defaultRunConfig, type RunConfig } from "../src/Config/AppConfig.js"
 import type { ScriptedStep } from "../src/Domain/Agents.js"
 import { Trigger } from "../src/Domain/RunState.js"
+import { Files } from "../src/Files.js"
 import { makeId } from "../src/Kernel/Ids.js"
+import { Memory } from "../src/Memory.js"
 import { StepEngine } from "../src/Models/StepEngine.js"
 import { Platform } from "../src/Platform.js"
 import { PlatformRepo } from "../src/Platform/Repo.js"
@@ -88,6 +90,8 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
       })
     ),
     Layer.provide(makeTestLayer(OperationsRepo)({ unsettled: () => Effect.succeed(undefined) })),
+    Layer.provide(makeTestLayer(Memory)({})),
+    Layer.provide(makeTestLayer(Files)({})),
     Layer.provide(
       makeTestLayer(Invoker)({
         // the tool answers, and the run's key is revoked meanwhile

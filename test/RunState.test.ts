@@ -19,6 +19,7 @@ const sample: Record<TriggerType["_tag"], TriggerType> = {
   ToolCallStarted: Trigger.ToolCallStarted(),
   ToolCallCompleted: Trigger.ToolCallCompleted(),
   ToolCallFailed: Trigger.ToolCallFailed(),
+  FileCreated: Trigger.FileCreated(),
   Succeed: Trigger.Succeed(),
   Fail: Trigger.Fail({ reason: "authorization_revoked" }),
   RequireAction: Trigger.RequireAction(),
@@ -66,7 +67,9 @@ const EXPECTED: ReadonlyArray<readonly [string, TriggerType["_tag"], string, str
   ["running", "ToolCallCompleted", "running", "run.tool_call.completed"],
   ["cancel_requested", "ToolCallCompleted", "cancel_requested", "run.tool_call.completed"],
   ["running", "ToolCallFailed", "running", "run.tool_call.failed"],
-  ["cancel_requested", "ToolCallFailed", "cancel_requested", "run.tool_call.failed"]
+  ["cancel_requested", "ToolCallFailed", "cancel_requested", "run.tool_call.failed"],
+  // D13: a file the agent produced, written with its event while the run works
+  ["running", "FileCreated", "running", "run.file.created"]
 ]
 
 describe("run state machine", () => {

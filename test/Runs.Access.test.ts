@@ -10,6 +10,7 @@ import { defaultRunConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, readSse, request } from "./support/Client.js"
 import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
+import { upload } from "./support/Files.js"
 import { isTerminal, RUNNER_SCOPES, scriptedSandbox } from "./support/Sandboxes.js"
 import { eventually } from "./support/Waiting.js"
 
@@ -141,9 +142,14 @@ describe("runs (live clock)", () => {
       expect((yield* s.events(stuck.id)).items.map((e) => e.sequence)).toEqual([1, 2, 3, 4])
     }).pipe(Effect.provide(makeTestApp())), 30_000)
 
-  it.live("deleting the environment purges its conversations, runs, events, usage records and agents", () =>
+  it.live("deleting the environment purges its conversations, runs, events, usage records, agents and files", () =>
     Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "text", text: "to be forgotten" }])
+      const s = yield* scriptedSandbox([
+        { type: "file", filename: "out.txt", content: "produced" },
+        { type: "text", text: "to be forgotten" }
+      ])
+      const uploader = yield* createKey(s.tenantId, ["files:write"], "uploader")
+      expect((yield* upload(s.P, uploader.secret, "uploaded bytes")).status).toBe(201)
       const run = expectSingle(yield* s.startRun((yield* s.conversation()).id, "private words", { headers: { prefer: "wait=10" } }))
       expect(run.status).toBe("succeeded")
       const admin = yield* createKey(s.tenantId, ["environments:read", "environments:write"], "admin")
@@ -171,13 +177,18 @@ describe("runs (live clock)", () => {
           "agents",
           "model_profiles",
           "workspaces",
-          "quickstarts"
+          "quickstarts",
+          "files"
         ]
       ) {
         expect(yield* Effect.orDie(count(table)), table).toBe(0)
       }
       const [{ n }] = yield* Effect.orDie(sql<{ n: string }>`SELECT count(*) AS n FROM run_events WHERE run_id = ${run.id}`)
       expect(Number(n)).toBe(0)
+      // the files' bytes went with them
+      const chunks = yield* Effect.orDie(sql<{ n: string }>`
+        SELECT count(*) AS n FROM file_chunks c WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.id = c.file_id)`)
+      expect(Number(chunks[0]!.n)).toBe(0)
       // Outside a purge, events and revisions stay immutable.
       const other = yield* scriptedSandbox([{ type: "text", text: "kept" }])
       const kept = expectSingle(yield* other.startRun((yield* other.conversation()).id, "x", { headers: { prefer: "wait=10" } }))

@@ -48,6 +48,34 @@ describe("step engine: HTTP providers over the wire", () => {
           })
         ))
 
+      it.scoped("input files (D13): text as text; an image as the provider's own file input, or a note where it has none", () =>
+        withServer((server, engine) =>
+          Effect.gen(function*() {
+            server.enqueue({ path: c.pathname, body: c.text("Seen.") })
+            const png = Buffer.from("89504e470d0a1a0a0000000d49484452", "hex")
+            yield* engine.step(inputFor(c, server, {
+              conversation: [{
+                type: "user_message",
+                text: "Look at these",
+                files: [
+                  { file_id: "file_t", filename: "notes.txt", content_type: "text/plain", bytes: 11 },
+                  { file_id: "file_i", filename: "chart.png", content_type: "image/png", bytes: png.length },
+                  { file_id: "file_gone", filename: "old.txt", content_type: "text/plain", bytes: 3 }
+                ]
+              }],
+              files: new Map([["file_t", Buffer.from("hello notes")], ["file_i", png]])
+            }))
+            const sent = JSON.stringify(server.requests[0]!.body)
+            expect(sent).toContain("hello notes")
+            expect(sent).toContain("deleted, no longer available")
+            const base64 = png.toString("base64")
+            if (c.name === "openai") expect(sent).toContain(`"type":"input_image"`)
+            if (c.name === "anthropic") expect(sent).toContain(`"type":"image"`)
+            if (c.name === "openai_compatible") expect(sent).toContain("this model cannot read its content type")
+            expect(sent.includes(base64)).toBe(c.name !== "openai_compatible")
+          })
+        ))
+
       it.scoped("without a request id header, the response's own id is kept", () =>
         withServer((server, engine) =>
           Effect.gen(function*() {

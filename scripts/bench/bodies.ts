@@ -13,48 +13,11 @@
  *    latency during the burst (p50/p99/max, and p99 as a ratio of the idle p99), RSS peak and growth.
  * RSS is the child's VmRSS from /proc, sampled every 10 ms.
  */
-import { spawn } from "node:child_process"
-import * as fs from "node:fs"
 import * as net from "node:net"
-import * as os from "node:os"
-import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 
-const serviceDir = process.env["BENCH_SERVICE_DIR"] ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
-const OPERATOR_TOKEN = `op_bench_${Math.random().toString(36).slice(2)}_0123456789`
+import { mib, ms, quantile, rssOf, sampler, startService } from "./child.js"
+
 const MB = 1000 * 1000
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = net.createServer()
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-
-const rssOf = (pid: number) => {
-  try {
-    const status = fs.readFileSync(`/proc/${pid}/status`, "utf8")
-    return Number(status.match(/VmRSS:\s+(\d+) kB/)?.[1] ?? 0) * 1024
-  } catch {
-    return 0
-  }
-}
-
-const quantile = (xs: ReadonlyArray<number>, q: number) => {
-  const sorted = [...xs].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN
-}
-const ms = (n: number) => `${n.toFixed(1)} ms`
-const mib = (n: number) => `${(n / 1024 / 1024).toFixed(0)} MiB`
-
-/** Samples the child's RSS every 10 ms until stopped: the peak. */
-const sampler = (pid: number) => {
-  let peak = rssOf(pid)
-  const timer = setInterval(() => (peak = Math.max(peak, rssOf(pid))), 10)
-  return { stop: () => (clearInterval(timer), peak) }
-}
 
 /** One POST of `size` bytes on a raw socket; what came back (the server may answer and close early). */
 const postBody = (port: number, target: string, key: string, size: number) =>
@@ -101,52 +64,14 @@ const healthz = async (base: string) => {
   return performance.now() - started
 }
 
-const json = async (base: string, method: string, target: string, token: string, body?: unknown) => {
-  const res = await fetch(`${base}${target}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${token}`,
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-      ...(target.startsWith("/v1/") ? { "idempotency-key": String(Math.random()) } : {})
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) })
-  })
-  if (res.status >= 300) throw new Error(`${method} ${target}: ${res.status} ${await res.text()}`)
-  return res.json() as Promise<any>
-}
-
 const main = async () => {
-  const port = await freePort()
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "bench-bodies-"))
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
-    cwd: serviceDir,
-    env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, OPERATOR_TOKEN, LOG_LEVEL: "Error" },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  let output = ""
-  child.stdout.on("data", (c) => (output += c))
-  child.stderr.on("data", (c) => (output += c))
-  const base = `http://127.0.0.1:${port}`
+  const service = await startService()
+  const { base, pid, port } = service
   try {
-    for (let i = 0; i < 600; i++) {
-      const up = await fetch(`${base}/readyz`).then((r) => r.ok, () => false)
-      if (up) break
-      if (child.exitCode !== null) throw new Error(`the service exited:\n${output}`)
-      await new Promise((r) => setTimeout(r, 100))
-    }
-    const pid = child.pid!
-    console.log(`service: ${serviceDir} (pid ${pid})`)
-
-    const application = await json(base, "POST", "/operator/v1/pilot-applications", OPERATOR_TOKEN, {
-      organization_name: "Bench Bodies",
-      contact_email: "ops@bench.test"
-    })
-    const approved = await json(base, "POST", `/operator/v1/pilot-applications/${application.id}/approve`, OPERATOR_TOKEN)
-    const key = await json(base, "POST", `/operator/v1/tenants/${approved.tenant_id}/environments/sandbox/api-keys`, OPERATOR_TOKEN, {
-      name: "bench",
-      scopes: ["users:write"]
-    })
-    const target = `/v1/tenants/${approved.tenant_id}/environments/sandbox/users`
+    console.log(`service (pid ${pid})`)
+    const sandbox = await service.sandbox("Bench Bodies", ["users:write"])
+    const key = { secret: sandbox.key }
+    const target = `${sandbox.P}/users`
 
     // 1. idle
     for (let i = 0; i < 20; i++) await healthz(base)
@@ -195,10 +120,7 @@ const main = async () => {
     )
     console.log(`  RSS peak ${mib(peakBurst)} (+${mib(peakBurst - rssIdle)} over idle); after ${mib(rssOf(pid))}`)
   } finally {
-    child.kill("SIGTERM")
-    await new Promise((r) => setTimeout(r, 2000))
-    if (child.exitCode === null) child.kill("SIGKILL")
-    fs.rmSync(dataDir, { recursive: true, force: true })
+    await service.stop()
   }
 }
 

@@ -140,7 +140,9 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
         OpenApi.Description,
         "Revisions are immutable (no update or delete; the database refuses both). " +
           "`tool_ids` name tools of reviewed connections of this environment, no two with the same name. " +
-          "Without `model_profile_id`, the revision pins the environment's `default_model_profile_id` (settings)."
+          "Without `model_profile_id`, the revision pins the environment's `default_model_profile_id` (settings). " +
+          "`memory: true` offers its runs the built-in tools `memory_get` and `memory_put` (the workspace's memory); " +
+          "then no tool of `tool_ids` may have either name (400 `tool_name_reserved`)."
       )
       .annotate(Refusals, [
         {
@@ -157,6 +159,11 @@ export class RevisionsApi extends HttpApiGroup.make("revisions")
           code: "parameter_invalid",
           param: "tool_ids.N",
           when: "two of the tools have the same name: the model could not tell them apart"
+        },
+        {
+          code: "tool_name_reserved",
+          param: "tool_ids.N",
+          when: "`memory` is true and a tool is named `memory_get` or `memory_put`, the names of the built-in memory tools"
         }
       ])
       .annotate(RequiredScopes, ["agents:write"])

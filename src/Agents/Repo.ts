@@ -38,6 +38,7 @@ export const AgentRevisionRow = Schema.Struct({
   model_profile_id: Schema.String,
   instructions: Schema.String,
   tool_ids: Schema.Array(Schema.String),
+  memory: Schema.Boolean,
   content_hash: Schema.String,
   created_at: Rows.Time
 })
@@ -53,6 +54,8 @@ const CredentialRow = Schema.Struct({
 export const RevisionContext = Schema.Struct({
   instructions: Schema.String,
   tool_ids: Schema.Array(Schema.String),
+  /** Offer the built-in memory tools (absent: no). */
+  memory: Schema.optional(Schema.Boolean),
   model_profile_id: Schema.String,
   provider: Provider,
   model: Schema.String,
@@ -93,6 +96,7 @@ export const toAgentRevision = (r: AgentRevisionRow): AgentRevision => ({
   model_profile_id: r.model_profile_id,
   instructions: r.instructions,
   tool_ids: r.tool_ids,
+  memory: r.memory,
   content_hash: r.content_hash,
   created_at: toIso(r.created_at)
 })
@@ -100,7 +104,7 @@ export const toAgentRevision = (r: AgentRevisionRow): AgentRevision => ({
 /** Never selects the credential columns: only whether there is one. */
 const MODEL_PROFILE_COLUMNS =
   "id, name, provider, model, settings, (credential_ciphertext IS NOT NULL) AS has_credential, created_at, updated_at"
-const AGENT_REVISION_COLUMNS = "id, agent_id, model_profile_id, instructions, tool_ids, content_hash, created_at"
+const AGENT_REVISION_COLUMNS = "id, agent_id, model_profile_id, instructions, tool_ids, memory, content_hash, created_at"
 
 export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
   effect: Effect.gen(function*() {
@@ -179,13 +183,14 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
         modelProfileId: string
         instructions: string
         toolIds: ReadonlyArray<string>
+        memory: boolean
         contentHash: string
         at: Date
       }) =>
         sql`INSERT INTO agent_revisions (id, tenant_id, environment, agent_id, model_profile_id, instructions,
-                                         tool_ids, content_hash, created_at)
+                                         tool_ids, memory, content_hash, created_at)
           VALUES (${r.id}, ${r.cell.tenantId}, ${r.cell.environment}, ${r.agentId}, ${r.modelProfileId}, ${r.instructions},
-                  ${[...r.toolIds] as Array<string>}::text[], ${r.contentHash}, ${r.at})
+                  ${[...r.toolIds] as Array<string>}::text[], ${r.memory}, ${r.contentHash}, ${r.at})
           RETURNING ${revisionColumns}`.pipe(Rows.single(AgentRevisionRow)),
       /** The environment's default model profile (its settings, D16), if it has one. */
       defaultModelProfile: (tenantId: string, env: string) =>
@@ -196,7 +201,7 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
         ),
       /** What a run needs to call the model: the pinned revision and its model profile. */
       revisionContext: (revisionId: string) =>
-        sql`SELECT rv.instructions, rv.tool_ids, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings
+        sql`SELECT rv.instructions, rv.tool_ids, rv.memory, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings
             FROM agent_revisions rv JOIN model_profiles mp ON mp.id = rv.model_profile_id
             WHERE rv.id = ${revisionId}`.pipe(Rows.maybe(RevisionContext))
     } as const

@@ -18,6 +18,8 @@ import usedAssertions from "./migrations/0009_used_assertions.js"
 import atomicIdempotency from "./migrations/0010_atomic_idempotency.js"
 import webhooks from "./migrations/0011_webhooks.js"
 import auditSettings from "./migrations/0012_audit_settings.js"
+import files from "./migrations/0013_files.js"
+import memory from "./migrations/0014_memory.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -34,7 +36,9 @@ export const loader = Migrator.fromRecord({
   "0009_used_assertions": usedAssertions,
   "0010_atomic_idempotency": atomicIdempotency,
   "0011_webhooks": webhooks,
-  "0012_audit_settings": auditSettings
+  "0012_audit_settings": auditSettings,
+  "0013_files": files,
+  "0014_memory": memory
 })
 
 const migrate = Migrator.make({})

@@ -36,25 +36,44 @@ export const ScriptedSleepStep = Schema.Struct({
   )
 }).annotations({ identifier: "ScriptedSleepStep" })
 
+export const ScriptedFileStep = Schema.Struct({
+  type: Schema.Literal("file"),
+  filename: SingleLine.pipe(
+    Schema.minLength(1),
+    Schema.maxLength(255),
+    Schema.filter((name) => !/[/\\]/.test(name), { message: () => "must not contain / or \\" })
+  ),
+  content: Schema.String.annotations({ description: "The file's text (stored as UTF-8)" }),
+  content_type: Schema.optional(
+    SingleLine.pipe(Schema.pattern(/^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(;.*)?$/))
+  ).annotations({ description: "Its media type; `text/plain; charset=utf-8` when omitted" })
+}).annotations({
+  identifier: "ScriptedFileStep",
+  description: "The model's next answer carries this file too: the run stores it (`purpose: run_output`) and emits " +
+    "`run.file.created`. Like a sleep, it belongs to the call that takes the step after it"
+})
+
 export const ScriptedStep = Schema.Union(
   ScriptedTextStep,
   ScriptedToolCallStep,
   ScriptedFailStep,
-  ScriptedSleepStep
+  ScriptedSleepStep,
+  ScriptedFileStep
 ).annotations({ identifier: "ScriptedStep", jsonSchema: { discriminator: { propertyName: "type" } } })
 export type ScriptedStep = typeof ScriptedStep.Type
 
 export const ScriptedSettings = Schema.Struct({
   steps: Schema.NonEmptyArray(ScriptedStep).pipe(
     Schema.filter((steps) =>
-      steps[steps.length - 1]!.type === "sleep"
-        ? "the last step cannot be a sleep: the last step repeats, so the model would never answer"
+      steps[steps.length - 1]!.type === "sleep" || steps[steps.length - 1]!.type === "file"
+        ? "the last step cannot be a sleep or a file: the last step repeats, so the model would never answer"
         : undefined
     )
   )
 }).annotations({
   identifier: "ScriptedSettings",
-  description: "`steps`: each model call takes the next step and the last one repeats, so the last cannot be a `sleep`"
+  description: "`steps`: each model call takes the next step and the last one repeats, so the last cannot be a `sleep` " +
+    "or a `file`"
 })
 export type ScriptedSettings = typeof ScriptedSettings.Type
 
@@ -200,8 +219,12 @@ export const AgentRevision = Schema.Struct({
   model_profile_id: Schema.String,
   instructions: Schema.String,
   tool_ids: Schema.Array(Schema.String),
+  memory: Schema.Boolean.annotations({
+    description: "Whether its runs are offered the built-in tools `memory_get` and `memory_put` (the workspace's memory)"
+  }),
   content_hash: Schema.String.annotations({
-    description: "Lowercase hex SHA-256 of the canonical JSON (sorted keys) of {instructions, model_profile_id, tool_ids}"
+    description: "Lowercase hex SHA-256 of the canonical JSON (sorted keys) of {instructions, model_profile_id, tool_ids}, " +
+      "with `memory: true` added when memory is on"
   }),
   created_at: Timestamp
 }).annotations({ identifier: "AgentRevision", description: "Immutable: there is no update or delete" })
@@ -213,7 +236,10 @@ export const CreateAgentRevision = strictBody(
       description: "The model profile the revision pins; default: the environment's `default_model_profile_id` (settings)"
     }),
     instructions: Schema.String.pipe(Schema.maxLength(100_000)),
-    tool_ids: Schema.Array(IdRef).annotations({ description: "Tool ids; must be empty until tools exist (issue 5)" })
+    tool_ids: Schema.Array(IdRef).annotations({ description: "Tool ids; must be empty until tools exist (issue 5)" }),
+    memory: Schema.optional(Schema.Boolean).annotations({
+      description: "Offer the built-in tools `memory_get` and `memory_put` (the workspace's memory) to its runs; default false"
+    })
   }).annotations({ identifier: "CreateAgentRevision" })
 )
 export type CreateAgentRevision = typeof CreateAgentRevision.Type

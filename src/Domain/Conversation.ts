@@ -4,7 +4,20 @@
  */
 import { Schema } from "effect"
 
-export const UserMessage = Schema.Struct({ type: Schema.Literal("user_message"), text: Schema.String })
+/** A file of the run's input (D13), as the conversation records it; its bytes are read when a model is called. */
+export const InputFile = Schema.Struct({
+  file_id: Schema.String,
+  filename: Schema.String,
+  content_type: Schema.String,
+  bytes: Schema.Number
+})
+export type InputFile = typeof InputFile.Type
+
+export const UserMessage = Schema.Struct({
+  type: Schema.Literal("user_message"),
+  text: Schema.String,
+  files: Schema.optional(Schema.Array(InputFile))
+})
 export const AssistantMessage = Schema.Struct({ type: Schema.Literal("assistant_message"), text: Schema.String })
 /** A tool call the model proposed (in an earlier step). */
 export const ToolCallItem = Schema.Struct({
@@ -40,12 +53,17 @@ export const Usage = Schema.Struct({ input_tokens: Count, output_tokens: Count, 
 })
 export type Usage = typeof Usage.Type
 
+/** A file the model produced with its answer (D13), its bytes as base64. */
+export const ProducedFile = Schema.Struct({ filename: Schema.String, content_type: Schema.String, data: Schema.String })
+export type ProducedFile = typeof ProducedFile.Type
+
 export const ProposedCall = Schema.Struct({ call_id: Schema.String, name: Schema.String, input: Schema.Unknown })
 export type ProposedCall = typeof ProposedCall.Type
 
 /** The model answered: the run's final content. */
 export const Final = Schema.TaggedStruct("Final", {
   text: Schema.String,
+  files: Schema.optional(Schema.Array(ProducedFile)),
   usage: Usage,
   provider_request_id: Schema.optional(Schema.String)
 })
@@ -54,6 +72,7 @@ export type Final = typeof Final.Type
 export const ToolCalls = Schema.TaggedStruct("ToolCalls", {
   calls: Schema.NonEmptyArray(ProposedCall),
   text: Schema.optional(Schema.String),
+  files: Schema.optional(Schema.Array(ProducedFile)),
   usage: Usage,
   provider_request_id: Schema.optional(Schema.String)
 })

@@ -55,6 +55,7 @@ export const EventType = Schema.Literal(
   "run.tool_call.started",
   "run.tool_call.completed",
   "run.tool_call.failed",
+  "run.file.created",
   "run.requires_action",
   "run.approval.decided",
   "run.cancel_requested",
@@ -75,6 +76,8 @@ export type Trigger = Data.TaggedEnum<{
   ToolCallStarted: {}
   ToolCallCompleted: {}
   ToolCallFailed: {}
+  /** The agent produced a file (D13: a `run_output` file, written with this event). */
+  FileCreated: {}
   /** The agent's work completed with final content. */
   Succeed: {}
   /** The agent's work ended in error (model failure, authorization revoked, ...). */
@@ -126,6 +129,7 @@ export const TABLE: ReadonlyArray<Row> = [
   // A tool call already under way when cancel was requested still records how it ended.
   { trigger: "ToolCallCompleted", from: ["running", "cancel_requested"], to: "same", event: "run.tool_call.completed" },
   { trigger: "ToolCallFailed", from: ["running", "cancel_requested"], to: "same", event: "run.tool_call.failed" },
+  { trigger: "FileCreated", from: ["running"], to: "same", event: "run.file.created" },
   { trigger: "Succeed", from: ["running"], to: "succeeded", event: "run.succeeded" },
   // Revocation is checked before start and before each dispatch, so a queued or waiting run can fail.
   { trigger: "Fail", from: ACTIVE, to: "failed", event: "run.failed" },

@@ -50,9 +50,29 @@ export const TextContent = Schema.Struct({
 }).annotations({ identifier: "TextContent" })
 export type TextContent = typeof TextContent.Type
 
+/**
+ * An uploaded file as an input item (D13): the model receives it as the provider's own file input
+ * (images, PDF) or as text (text, JSON, CSV, XML), else as a line naming it.
+ */
+export const FileContent = Schema.Struct({
+  type: Schema.Literal("file"),
+  file_id: IdRef.annotations({ description: "A file of this environment (`POST /files`)" })
+}).annotations({ identifier: "FileContent" })
+export type FileContent = typeof FileContent.Type
+
+/** A run input item: text, or an uploaded file. */
+export const InputContent = Schema.Union(TextContent, FileContent).annotations({
+  identifier: "InputContent",
+  jsonSchema: { discriminator: { propertyName: "type" } }
+})
+export type InputContent = typeof InputContent.Type
+
+/** A run holds at most this many file items in its input. */
+export const MAX_INPUT_FILES = 10
+
 export const CreateRun = strictBody(
   Schema.Struct({
-    input: Schema.Array(TextContent).pipe(Schema.minItems(1), Schema.maxItems(100))
+    input: Schema.Array(InputContent).pipe(Schema.minItems(1), Schema.maxItems(100))
   }).annotations({ identifier: "CreateRun" })
 )
 export type CreateRun = typeof CreateRun.Type
@@ -78,7 +98,7 @@ export const Run = Schema.Struct({
     description: "Why the run is in its status, e.g. authorization_revoked, start_deadline_exceeded, " +
       "execution_deadline_exceeded, authorization_expired, approval_expired, model_failed, cancelled_by_request"
   }),
-  input: Schema.NullOr(Schema.Array(TextContent)),
+  input: Schema.NullOr(Schema.Array(InputContent)),
   output: Schema.NullOr(Schema.Array(TextContent)).annotations({ description: "The final content of a succeeded run" }),
   required_action: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
   usage: RunUsage,

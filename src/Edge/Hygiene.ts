@@ -52,7 +52,7 @@ export const LINGER = { ms: 2_000, bytes: 64 * 1024 * 1024, closeAfterMs: 1_000 
  * the server half-closes (the client reads the 400, then end of stream), keeps discarding, and
  * closes `LINGER.closeAfterMs` later. Memory stays flat: nothing read is kept.
  */
-const linger = (request: HttpServerRequest.HttpServerRequest) => {
+export const linger = (request: HttpServerRequest.HttpServerRequest) => {
   const source = NodeHttpServerRequest.toIncomingMessage(request)
   const response = NodeHttpServerRequest.toServerResponse(request)
   let read = 0

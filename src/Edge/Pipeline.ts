@@ -21,7 +21,7 @@
  */
 import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Cause, Data, Effect, FiberRef, Option, Schema } from "effect"
+import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
@@ -50,8 +50,11 @@ import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
+import { preparedUpload } from "./Uploads.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
+/** Operations whose body is a multipart file upload (src/Edge/Uploads.ts). */
+const UPLOADS = new Set(["uploadFile"])
 /** Headers a handler set that are part of the response a replay gives again (D5, D7). */
 const REPLAYED_HEADERS = ["location", "preference-applied"] as const
 
@@ -257,7 +260,12 @@ const admit = (state: RequestState, address: string) =>
  * A mutation's checks before its transaction (Idempotency-Key, body, actor token): its idempotency
  * scope and fingerprint.
  */
-const prepared = (request: HttpServerRequest.HttpServerRequest, state: RequestState, principal: Principal) =>
+const prepared = (
+  request: HttpServerRequest.HttpServerRequest,
+  state: RequestState,
+  principal: Principal,
+  upload: Scope.Scope | undefined
+) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     const key = request.headers["idempotency-key"]
@@ -275,7 +283,10 @@ const prepared = (request: HttpServerRequest.HttpServerRequest, state: RequestSt
         param: "Idempotency-Key"
       })
     }
-    const body = yield* checkedBody(request, config.edge.bodyLimitBytes)
+    // An upload's body is a file (multipart, staged on disk within its own limit), not JSON.
+    const body = upload === undefined
+      ? yield* checkedBody(request, config.edge.bodyLimitBytes)
+      : yield* preparedUpload(request, upload)
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
@@ -326,16 +337,22 @@ const guarded = <E, R>(
       return yield* app
     }
 
-    const { fingerprint, scope } = yield* prepared(request, state, principal).pipe(
+    // An upload's staged file lives until its transaction is over (the handler copies it into the database).
+    const staged = UPLOADS.has(trail.action) ? yield* Scope.make() : undefined
+    const release = staged === undefined ? Effect.void : Scope.close(staged, Exit.void)
+    const { fingerprint, scope } = yield* prepared(request, state, principal, staged).pipe(
       // refused before its transaction: its audit entry on its own
       Effect.tapError((e) =>
-        AuditTrail.writeAlone(trail, state, AuditTrail.keyHolder(principal, state), errorClassOf(e).status, undefined)
+        Effect.zipRight(
+          release,
+          AuditTrail.writeAlone(trail, state, AuditTrail.keyHolder(principal, state), errorClassOf(e).status, undefined)
+        )
       )
     )
     const idem = yield* Idempotency.Idempotency
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
-    return yield* idem.detached(transactional(app, state, scope, fingerprint, trail, principal))
+    return yield* idem.detached(Effect.ensuring(transactional(app, state, scope, fingerprint, trail, principal), release))
   })
 
 /** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */

@@ -44,6 +44,11 @@ export class Gone extends Schema.TaggedError<Gone>()("Gone", fields) {
   static readonly status = 410
   static readonly type = "gone"
 }
+/** A `Range` no byte of the resource satisfies (the response's `Content-Range` gives the size). */
+export class RangeNotSatisfiable extends Schema.TaggedError<RangeNotSatisfiable>()("RangeNotSatisfiable", fields) {
+  static readonly status = 416
+  static readonly type = "invalid_request"
+}
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {
   static readonly status = 429
   static readonly type = "rate_limited"
@@ -66,6 +71,7 @@ export type ApiError =
   | MethodNotAllowed
   | Conflict
   | Gone
+  | RangeNotSatisfiable
   | RateLimited
   | Unavailable
   | InternalError
@@ -136,6 +142,10 @@ export const NotFoundError = ApiErrorSchema(
 )
 export const ConflictError = ApiErrorSchema(Conflict, "Idempotency-Key conflict, duplicate resource, or a state that forbids the action")
 export const GoneError = ApiErrorSchema(Gone, "The resource was deleted and its identifier is tombstoned")
+export const RangeNotSatisfiableError = ApiErrorSchema(
+  RangeNotSatisfiable,
+  "The `Range` starts past the end of the file (`code: range_not_satisfiable`); `Content-Range: bytes */<size>` gives the size"
+)
 export const RateLimitedError = ApiErrorSchema(RateLimited, "Rate limit of the cell exceeded; see Retry-After")
 export const UnavailableError = ApiErrorSchema(Unavailable, "Temporarily unavailable (e.g. environment not ready); safe to retry")
 

@@ -12,7 +12,12 @@ import type { ConversationItem, ToolDefinition } from "../Domain/Conversation.js
  * (text and proposed calls) form one assistant message and consecutive tool results one tool
  * message, the way providers produced and expect them (parallel calls, then their results).
  */
-export const toPrompt = (instructions: string, items: ReadonlyArray<ConversationItem>): Prompt.Prompt => {
+export const toPrompt = (
+  instructions: string,
+  items: ReadonlyArray<ConversationItem>,
+  files: ReadonlyMap<string, Uint8Array> = new Map(),
+  options: FileOptions = { binary: false }
+): Prompt.Prompt => {
   const messages: Array<Prompt.Message> = []
   if (instructions.trim() !== "") messages.push(Prompt.makeMessage("system", { content: instructions }))
   let assistant: Array<Prompt.AssistantMessagePart> | undefined
@@ -27,7 +32,7 @@ export const toPrompt = (instructions: string, items: ReadonlyArray<Conversation
     switch (item.type) {
       case "user_message":
         flush()
-        messages.push(Prompt.makeMessage("user", { content: [Prompt.makePart("text", { text: item.text })] }))
+        messages.push(Prompt.makeMessage("user", { content: userParts(item, files, options) }))
         break
       case "assistant_message":
       case "tool_call": {
@@ -60,6 +65,50 @@ export const toPrompt = (instructions: string, items: ReadonlyArray<Conversation
   }
   flush()
   return Prompt.fromMessages(messages)
+}
+
+/** How files reach the provider: `binary` providers take images and PDFs as their own file input. */
+export interface FileOptions {
+  readonly binary: boolean
+}
+
+/** Media types a model reads as text. */
+const isTextual = (contentType: string) => {
+  const type = contentType.split(";")[0]!.trim().toLowerCase()
+  return type.startsWith("text/") || type === "application/json" || type.endsWith("+json") || type === "application/xml" ||
+    type.endsWith("+xml") || type === "application/yaml" || type === "application/x-yaml" || type === "application/javascript"
+}
+
+const isBinaryInput = (contentType: string) => {
+  const type = contentType.split(";")[0]!.trim().toLowerCase()
+  return type.startsWith("image/") || type === "application/pdf"
+}
+
+/**
+ * A user message's parts (D13): its text, then each of its files as text (textual types, UTF-8),
+ * as the provider's own file input (images and PDFs, when it takes them), or else as a line that
+ * names the file; a file deleted since the run was created is named as gone.
+ */
+const userParts = (
+  item: Extract<ConversationItem, { type: "user_message" }>,
+  files: ReadonlyMap<string, Uint8Array>,
+  options: FileOptions
+): Array<Prompt.UserMessagePart> => {
+  const parts: Array<Prompt.UserMessagePart> = [Prompt.makePart("text", { text: item.text })]
+  for (const file of item.files ?? []) {
+    const bytes = files.get(file.file_id)
+    const label = `"${file.filename}" (${file.file_id}, ${file.content_type}, ${file.bytes} bytes)`
+    if (bytes === undefined) {
+      parts.push(Prompt.makePart("text", { text: `[file ${label}: deleted, no longer available]` }))
+    } else if (isTextual(file.content_type)) {
+      parts.push(Prompt.makePart("text", { text: `[file ${label}]\n${Buffer.from(bytes).toString("utf8")}` }))
+    } else if (options.binary && isBinaryInput(file.content_type)) {
+      parts.push(Prompt.makePart("file", { mediaType: file.content_type, fileName: file.filename, data: bytes }))
+    } else {
+      parts.push(Prompt.makePart("text", { text: `[file ${label}: this model cannot read its content type]` }))
+    }
+  }
+  return parts
 }
 
 /** Any JSON object: what a tool call's input is decoded with (the customer's schema is checked where the tool runs). */

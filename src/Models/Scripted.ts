@@ -16,6 +16,9 @@
  *   - `{"type":"sleep","seconds":N}`: `Effect.sleep` N seconds on Effect's `Clock`, then the next
  *     step is taken in the same call. A sleep is therefore not a call of its own: it belongs to the
  *     call that takes the step after it.
+ *   - `{"type":"file","filename":"...","content":"...","content_type"?}` (D13): the answer of the
+ *     call that takes the step after it carries this file as a `file` response part (the content
+ *     as UTF-8, the filename in the part's `scripted` metadata), before its text or tool call.
  *
  * Statelessness: the model keeps no counter. Which step a call takes is derived from the prompt
  * alone: the call index is the number of assistant turns already in the prompt (a maximal run of
@@ -44,29 +47,35 @@ import type { ScriptedSettings, ScriptedStep } from "../Domain/Agents.js"
 // Step selection
 // -----------------------------------------------------------------------------
 
-type AnswerStep = Exclude<ScriptedStep, { readonly type: "sleep" }>
+type AnswerStep = Exclude<ScriptedStep, { readonly type: "sleep" | "file" }>
+type FileStep = Extract<ScriptedStep, { readonly type: "file" }>
 
-/** What one model call does: sleep this many seconds (in order), then answer with `step`. */
+/** What one model call does: sleep this many seconds (in order), then answer with `step` (and `files`). */
 export interface PlannedCall {
   readonly sleeps: ReadonlyArray<number>
+  readonly files: ReadonlyArray<FileStep>
   /** Index of `step` in `settings.steps`. */
   readonly stepIndex: number
   readonly step: AnswerStep
 }
 
 /**
- * Groups the steps into calls: each non-sleep step together with the sleeps right before it.
- * Sleeps after the last non-sleep step (refused by `ScriptedSettings`) are ignored.
+ * Groups the steps into calls: each answer step together with the sleeps and files right before
+ * it. Sleeps and files after the last answer step (refused by `ScriptedSettings`) are ignored.
  */
 const planCalls = (steps: ReadonlyArray<ScriptedStep>): ReadonlyArray<PlannedCall> => {
   const calls: Array<PlannedCall> = []
   let sleeps: Array<number> = []
+  let files: Array<FileStep> = []
   steps.forEach((step, stepIndex) => {
     if (step.type === "sleep") {
       sleeps.push(step.seconds)
+    } else if (step.type === "file") {
+      files.push(step)
     } else {
-      calls.push({ sleeps, stepIndex, step })
+      calls.push({ sleeps, files, stepIndex, step })
       sleeps = []
+      files = []
     }
   })
   return calls
@@ -90,7 +99,7 @@ export const planCall = (
 ): PlannedCall => {
   if (callIndex < calls.length) return calls[callIndex]!
   const last = calls[calls.length - 1]!
-  return { ...last, sleeps: [] }
+  return { ...last, sleeps: [], files: [] }
 }
 
 // -----------------------------------------------------------------------------
@@ -152,6 +161,12 @@ const respond = (
       modelId: "scripted"
     }
     const step = call.step
+    const files = call.files.map((file): Response.PartEncoded => ({
+      type: "file",
+      mediaType: file.content_type ?? "text/plain; charset=utf-8",
+      data: Buffer.from(file.content, "utf8").toString("base64"),
+      metadata: { scripted: { filename: file.filename } }
+    }))
     switch (step.type) {
       case "fail":
         return yield* new AiError.UnknownError({ module: MODULE, method, description: step.message })
@@ -160,6 +175,7 @@ const respond = (
         const outputTokens = countWords(text)
         return [
           metadata,
+          ...files,
           { type: "text", text },
           {
             type: "finish",
@@ -180,6 +196,7 @@ const respond = (
         const outputTokens = countWords(JSON.stringify(step.input))
         return [
           metadata,
+          ...files,
           { type: "tool-call", id: `call_${callIndex}`, name: step.tool, params: step.input },
           {
             type: "finish",

@@ -45,6 +45,7 @@ import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
 import {
   type ConversationItem,
   Final,
+  type ProducedFile,
   type ProposedCall,
   type StepResult,
   ToolCalls,
@@ -71,6 +72,8 @@ export interface StepInput {
   /** The tools offered to the model (none when absent). */
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly conversation: ReadonlyArray<ConversationItem>
+  /** The bytes of the input files the conversation names, by file id (D13; absent: deleted since). */
+  readonly files?: ReadonlyMap<string, Uint8Array> | undefined
   /** The run the step is for: an attribute of its `model.call` span. */
   readonly runId?: string | undefined
 }
@@ -87,6 +90,31 @@ interface Target {
   /** The request id header of the last 2xx response, filled in by the HTTP client. */
   readonly seen: { requestId?: string | undefined }
 }
+
+/** Extensions of the files a model produced, for the name of one that comes without a name. */
+const EXTENSIONS: Record<string, string> = {
+  "text/plain": "txt",
+  "text/markdown": "md",
+  "text/csv": "csv",
+  "application/json": "json",
+  "application/pdf": "pdf",
+  "image/png": "png",
+  "image/jpeg": "jpg"
+}
+
+/**
+ * The files among a response's parts (D13): their bytes, media type and name (the scripted model
+ * names its files in the part's `scripted` metadata; others get `output-N.<ext>`).
+ */
+const filesOf = (parts: ReadonlyArray<{ readonly type: string }>): Array<ProducedFile> =>
+  parts.flatMap((part, n) => {
+    if (part.type !== "file") return []
+    const file = part as unknown as { mediaType: string; data: Uint8Array; metadata?: { scripted?: { filename?: unknown } } }
+    const named = file.metadata?.scripted?.filename
+    const base = file.mediaType.split(";")[0]!.trim().toLowerCase()
+    const filename = typeof named === "string" && named !== "" ? named : `output-${n}.${EXTENSIONS[base] ?? "bin"}`
+    return [{ filename, content_type: file.mediaType, data: Buffer.from(file.data).toString("base64") }]
+  })
 
 const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guardedHttp: HttpClient.HttpClient) => {
   const httpLayer = Layer.succeed(HttpClient.HttpClient, http)
@@ -175,7 +203,9 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
 
   const generate = (input: StepInput, target: Target) => {
     const tools = input.tools ?? []
-    const prompt = toPrompt(input.instructions, input.conversation)
+    const prompt = toPrompt(input.instructions, input.conversation, input.files, {
+      binary: input.profile.provider === "openai" || input.profile.provider === "anthropic"
+    })
     const call: Effect.Effect<LanguageModel.GenerateTextResponse<any>, AiError.AiError, LanguageModel.LanguageModel> = tools.length === 0
       ? LanguageModel.generateText({ prompt, disableToolCallResolution: true })
       : LanguageModel.generateText({ prompt, toolkit: toolkitOf(tools), disableToolCallResolution: true }) as any
@@ -198,10 +228,18 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       if (!part.providerExecuted) calls.push({ call_id: part.id, name: part.name, input: part.params })
     }
     const text = response.text
+    const produced = filesOf(response.content)
+    const files = produced.length === 0 ? {} : { files: produced }
     if (calls.length > 0) {
-      return ToolCalls.make({ calls: calls as [ProposedCall, ...Array<ProposedCall>], ...(text === "" ? {} : { text }), usage, ...id })
+      return ToolCalls.make({
+        calls: calls as [ProposedCall, ...Array<ProposedCall>],
+        ...(text === "" ? {} : { text }),
+        ...files,
+        usage,
+        ...id
+      })
     }
-    return Final.make({ text, usage, ...id })
+    return Final.make({ text, ...files, usage, ...id })
   }
 
   /** One model call; proposed tool calls are returned, never executed. */

@@ -12,6 +12,8 @@ import { DeletionJobRow } from "./Rows.js"
 export const CELL_TABLES = [
   "webhook_deliveries",
   "webhook_endpoints",
+  // a file's chunks go with it (ON DELETE CASCADE); run outputs name their run
+  "files",
   "tool_operations",
   "approvals",
   "used_assertions",
@@ -27,6 +29,8 @@ export const CELL_TABLES = [
   "connections",
   "signing_keys",
   "environment_settings",
+  // a workspace's memory (D14) goes before the workspace it belongs to
+  "workspace_memory",
   "workspaces",
   "service_actors",
   "idempotency_keys",

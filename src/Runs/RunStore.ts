@@ -15,7 +15,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type Effect, type Either, type Option, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
-import type { Conversation, Run, RunEvent, TextContent } from "../Domain/Runs.js"
+import type { Conversation, InputContent, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 
@@ -31,6 +31,12 @@ export type ConversationRow = typeof ConversationRow.Type
 
 /** Text content as stored (its limits are checked on the way in, not when a stored run is read). */
 const StoredText = Schema.Array(Schema.Struct({ type: Schema.Literal("text"), text: Schema.String }))
+const StoredInput = Schema.Array(
+  Schema.Union(
+    Schema.Struct({ type: Schema.Literal("text"), text: Schema.String }),
+    Schema.Struct({ type: Schema.Literal("file"), file_id: Schema.String })
+  )
+)
 
 export const RunRow = Schema.Struct({
   id: Schema.String,
@@ -43,7 +49,7 @@ export const RunRow = Schema.Struct({
   user_id: Schema.NullOr(Schema.String),
   status: RunState.RunStatus,
   status_reason: Schema.NullOr(Schema.String),
-  input: Schema.NullOr(StoredText),
+  input: Schema.NullOr(StoredInput),
   output: Schema.NullOr(StoredText),
   required_action: Schema.NullOr(Rows.JsonObject),
   input_tokens: Rows.Int8,
@@ -110,7 +116,7 @@ export interface Admission {
   readonly agent_revision_id: string
   readonly key_id: string
   readonly user_id: string | null
-  readonly input: ReadonlyArray<TextContent>
+  readonly input: ReadonlyArray<InputContent>
   readonly item: unknown
   readonly created_at: Date
   readonly start_deadline_at: Date

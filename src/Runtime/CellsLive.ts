@@ -12,6 +12,8 @@ import { Cells, type CellsShape } from "../Cells/Cells.js"
 import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
+import { Files } from "../Files.js"
+import { Memory } from "../Memory.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { withoutParentSpan } from "../Observability/Tracing.js"
 import { Platform } from "../Platform.js"
@@ -36,7 +38,7 @@ const make = Effect.gen(function*() {
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
   const repo = yield* RunStore
   const actorContext = yield* Effect.context<
-    RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker
+    RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker | Memory | Files
   >()
   /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
   const endAs = (runId: string, ending: Trigger, unknownReason: string) =>
@@ -162,6 +164,8 @@ export const CellsLive = CellsWithoutDependencies.pipe(
     Tools.Default,
     OperationsRepo.Default,
     ApprovalsRepo.Default,
-    Invoker.Default
+    Invoker.Default,
+    Memory.Default,
+    Files.Default
   ])
 )

@@ -21,6 +21,7 @@ import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
+import { MEMORY_TOOLS } from "../Domain/Memory.js"
 import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
@@ -28,6 +29,7 @@ import { StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
 import { Tools } from "../Tools.js"
+import * as RunFiles from "./RunFiles.js"
 import * as ToolCalls from "./ToolCalls.js"
 
 const Items = Schema.Array(ConversationItem)
@@ -117,18 +119,24 @@ export const run = (runId: string, options: ActorOptions) =>
         }
         const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
         const offered = yield* tools.toolRows(agent.tool_ids)
-        const definitions = offered.map((t) => ({
-          name: t.name,
-          ...(t.description === null ? {} : { description: t.description }),
-          input_schema: t.input_schema
-        }))
+        const memory = agent.memory === true
+        const definitions = [
+          ...offered.map((t) => ({
+            name: t.name,
+            ...(t.description === null ? {} : { description: t.description }),
+            input_schema: t.input_schema
+          })),
+          // the built-in memory tools (D14) of a revision with memory
+          ...(memory ? MEMORY_TOOLS : [])
+        ]
         const toolEnv: ToolCalls.ToolCallEnv = {
           row,
           tools: offered,
           cellGeneration: options.cellGeneration,
           commit,
           unauthorized: unauthorized(row),
-          wakeAt: (at) => options.wakeAt(runId, at)
+          wakeAt: (at) => options.wakeAt(runId, at),
+          memory
         }
         for (let i = 0; i < budgets.maxSteps; i++) {
           const ending = checked && i === 0 ? undefined : yield* unauthorized(row)
@@ -157,6 +165,7 @@ export const run = (runId: string, options: ActorOptions) =>
             instructions: agent.instructions,
             tools: definitions,
             conversation: decoded.right,
+            files: yield* RunFiles.inputFiles(row, decoded.right),
             runId
           }).pipe(
             Effect.retry({
@@ -179,7 +188,7 @@ export const run = (runId: string, options: ActorOptions) =>
             })
             return
           }
-          const done = yield* commitStep(agent, result.right)
+          const done = yield* commitStep(agent, result.right, yield* RunFiles.producedFiles(row, result.right.files))
           if (done) return
         }
         yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })
@@ -188,7 +197,9 @@ export const run = (runId: string, options: ActorOptions) =>
     /** Commits a step's result; `true` when the run is over (or no longer ours to drive). */
     const commitStep = (
       agent: { model_profile_id: string; provider: string; model: string },
-      result: StepResult
+      result: StepResult,
+      /** the files of the answer (D13), committed before it */
+      files: ReadonlyArray<Commit>
     ) => {
       const usage = [{
         kind: "model_call" as const,
@@ -220,6 +231,7 @@ export const run = (runId: string, options: ActorOptions) =>
         const content = [{ type: "text" as const, text: result.text }]
         return Effect.as(
           commit(
+            ...files,
             {
               trigger: Trigger.Message(),
               data: {
@@ -238,7 +250,7 @@ export const run = (runId: string, options: ActorOptions) =>
       }
       // Proposed tool calls: recorded with the step; the loop resolves them before the next model call.
       return Effect.as(
-        commit({
+        commit(...files, {
           trigger: Trigger.Message(),
           data: {
             role: "assistant",

@@ -23,6 +23,7 @@ import { Clock, Duration, Effect } from "effect"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import type { ConversationItem } from "../Domain/Conversation.js"
+import { isMemoryTool } from "../Domain/Memory.js"
 import { Trigger } from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
 import type { Commit, RunRow, UsageRecordInput } from "../Runs/RunStore.js"
@@ -31,6 +32,7 @@ import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
 import { validate } from "../Tools/JsonSchemas.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import type { ToolRow } from "../Tools/Repo.js"
+import { resolveMemoryTool } from "./MemoryTools.js"
 
 export type ProposedCall = Extract<ConversationItem, { type: "tool_call" }>
 
@@ -48,6 +50,8 @@ export interface ToolCallEnv {
   readonly unauthorized: Effect.Effect<Trigger | undefined, SqlError>
   /** Asks the cell to revive the actor at this time (approval expiry). */
   readonly wakeAt: (at: Date) => Effect.Effect<void>
+  /** The revision offers the built-in memory tools (D14, src/Runtime/MemoryTools.ts). */
+  readonly memory: boolean
 }
 
 /** Tool calls proposed but not yet answered, in order. */
@@ -88,6 +92,7 @@ export const actorOf = (run: Pick<RunRow, "user_id" | "key_id">) =>
 
 export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
   Effect.gen(function*() {
+    if (env.memory && isMemoryTool(call.name)) return yield* resolveMemoryTool(env, { ...call, name: call.name })
     const invoker = yield* Invoker
     const operations = yield* OperationsRepo
     const approvals = yield* ApprovalsRepo

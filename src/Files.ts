@@ -1,0 +1,224 @@
+/**
+ * Files (D13): uploads (the multipart body was parsed and staged on disk by the request pipeline,
+ * within the 25 MiB limit), run outputs, and downloads that stream the stored bytes with
+ * `ETag` (the SHA-256), `If-None-Match` (304) and one `Range` (206; past the end 416).
+ *
+ * An upload is copied from its staged file into Postgres chunk by chunk inside the request's
+ * transaction, hashing as it goes, so memory stays flat and the file exists whole or not at all.
+ */
+import { createHash } from "node:crypto"
+import { createReadStream } from "node:fs"
+
+import type { Multipart } from "@effect/platform"
+import { HttpServerResponse } from "@effect/platform"
+import { Clock, Effect, Stream } from "effect"
+
+import { dieOnSqlError } from "./Database/Defects.js"
+import { type FileListParams, filenameProblem, isMediaType, MAX_FILE_BYTES, type UploadPurpose } from "./Domain/Files.js"
+import { type ByteRange, contentDisposition, parseRange } from "./Files/Download.js"
+import { FILE_CHUNK_BYTES, type FileRow, FilesRepo, toFile } from "./Files/Repo.js"
+import * as Cursor from "./Kernel/Cursor.js"
+import { invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
+import { makeId } from "./Kernel/Ids.js"
+import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { setResponseHeader } from "./Kernel/RequestContext.js"
+
+export interface Upload {
+  readonly file: Multipart.PersistedFile
+  readonly purpose: UploadPurpose
+}
+
+/** Fixed-size slices of a byte stream (the last may be shorter). */
+const slices = async function*(source: AsyncIterable<Buffer>) {
+  let pending: Array<Buffer> = []
+  let size = 0
+  for await (const buffer of source) {
+    pending.push(buffer)
+    size += buffer.length
+    while (size >= FILE_CHUNK_BYTES) {
+      const all = Buffer.concat(pending, size)
+      yield all.subarray(0, FILE_CHUNK_BYTES)
+      pending = [all.subarray(FILE_CHUNK_BYTES)]
+      size -= FILE_CHUNK_BYTES
+    }
+  }
+  if (size > 0) yield Buffer.concat(pending, size)
+}
+
+export class Files extends Effect.Service<Files>()("Files", {
+  effect: Effect.gen(function*() {
+    const repo = yield* FilesRepo
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    const found = (row: FileRow | undefined) => (row ? Effect.succeed(row) : Effect.fail(notFound("file", "file_id")))
+
+    /** Copies the staged file into chunks (hashing on the way): its size and SHA-256. */
+    const store = (fileId: string, path: string) =>
+      Effect.gen(function*() {
+        const hash = createHash("sha256")
+        let bytes = 0
+        let index = 0
+        const chunks = Stream.fromAsyncIterable(
+          slices(createReadStream(path, { highWaterMark: FILE_CHUNK_BYTES })),
+          (e) => new Error(`reading the staged upload failed: ${String(e)}`)
+        )
+        yield* Stream.runForEach(chunks, (chunk) => {
+          hash.update(chunk)
+          bytes += chunk.length
+          return repo.insertChunk(fileId, index++, chunk)
+        }).pipe(Effect.catchTag("SqlError", Effect.die), Effect.orDie)
+        return { bytes, sha256: hash.digest("hex") }
+      })
+
+    const upload = (p: Principal, { file, purpose }: Upload) =>
+      Effect.gen(function*() {
+        const problem = filenameProblem(file.name)
+        if (problem !== undefined) return yield* invalid("invalid_filename", `The file's name ${problem}`, "file")
+        const contentType = file.contentType === "" ? "application/octet-stream" : file.contentType
+        if (!isMediaType(contentType)) {
+          return yield* invalid("parameter_invalid", "The file part's Content-Type is not a media type", "file")
+        }
+        const id = yield* makeId("file")
+        const { bytes, sha256 } = yield* store(id, file.path)
+        if (bytes === 0) return yield* invalid("file_empty", "The file is empty", "file")
+        if (bytes > MAX_FILE_BYTES) return yield* invalid("file_too_large", `A file holds at most ${MAX_FILE_BYTES} bytes (25 MiB)`, "file")
+        const row: FileRow = {
+          id,
+          tenant_id: p.tenantId,
+          environment: p.environment,
+          filename: file.name,
+          content_type: contentType,
+          bytes,
+          sha256,
+          purpose,
+          run_id: null,
+          created_at: yield* now
+        }
+        yield* repo.insert({ ...row, created_by_key_id: p.keyId })
+        return toFile(row)
+      })
+
+    /** A file a run produced, written with the step that produced it (in its transaction). */
+    const produce = (run: { readonly id: string; readonly tenant_id: string; readonly environment: FileRow["environment"] }, file: {
+      readonly id: string
+      readonly filename: string
+      readonly contentType: string
+      readonly content: Uint8Array
+    }) =>
+      Effect.gen(function*() {
+        const data = Buffer.from(file.content.buffer, file.content.byteOffset, file.content.byteLength)
+        for (let i = 0, index = 0; i < data.length; i += FILE_CHUNK_BYTES, index++) {
+          yield* repo.insertChunk(file.id, index, data.subarray(i, i + FILE_CHUNK_BYTES))
+        }
+        yield* repo.insert({
+          id: file.id,
+          tenant_id: run.tenant_id,
+          environment: run.environment,
+          filename: file.filename,
+          content_type: file.contentType,
+          bytes: data.length,
+          sha256: createHash("sha256").update(data).digest("hex"),
+          purpose: "run_output",
+          run_id: run.id,
+          created_at: yield* now,
+          created_by_key_id: null
+        })
+      })
+
+    /** The bytes of `range` (inclusive ends), slice by slice from the stored chunks. */
+    const bytesOf = (fileId: string, range: ByteRange) =>
+      Stream.fromIterable(chunkIndexes(range)).pipe(
+        Stream.mapEffect(
+          ({ index, offset, length }) =>
+            Effect.flatMap(repo.slice(fileId, index, offset, length), (data) =>
+              data === undefined || data.length !== length
+                ? Effect.dieMessage(`file ${fileId}: chunk ${index} is missing or short`)
+                : Effect.succeed(data)), // the next slices are read while one is written (in order; at most 4 slices in memory)
+          { concurrency: 4 }
+        ),
+        Stream.catchTag("SqlError", (e) => Stream.die(e))
+      )
+
+    const content = (p: CellRef, id: string, headers: Readonly<Record<string, string | undefined>>) =>
+      Effect.gen(function*() {
+        const row = yield* found(yield* repo.file(p, id))
+        const etag = `"${row.sha256}"`
+        const common = {
+          etag,
+          "accept-ranges": "bytes",
+          "content-disposition": contentDisposition(row.filename)
+        }
+        if (matchesEtag(headers["if-none-match"], etag)) {
+          return HttpServerResponse.empty({ status: 304, headers: common })
+        }
+        const ifRange = headers["if-range"]
+        const range = ifRange !== undefined && ifRange !== etag ? undefined : parseRange(headers["range"], row.bytes)
+        if (range === "unsatisfiable") {
+          yield* setResponseHeader("content-range", `bytes */${row.bytes}`)
+          return yield* new RangeNotSatisfiable({
+            code: "range_not_satisfiable",
+            message: `The range starts past the end of the file (${row.bytes} bytes)`,
+            param: "Range"
+          })
+        }
+        const whole: ByteRange = { start: 0, end: row.bytes - 1 }
+        const served = range ?? whole
+        const length = served.end - served.start + 1
+        return HttpServerResponse.stream(length > 0 ? bytesOf(row.id, served) : Stream.empty, {
+          status: range === undefined ? 200 : 206,
+          contentType: row.content_type,
+          contentLength: length,
+          headers: {
+            ...common,
+            ...(range === undefined ? {} : { "content-range": `bytes ${served.start}-${served.end}/${row.bytes}` })
+          }
+        })
+      })
+
+    return {
+      upload: (p: Principal, payload: Upload) => dieOnSqlError(upload(p, payload)),
+      produce,
+      get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.file(p, id), found), toFile)),
+      list: (p: CellRef, params: FileListParams) =>
+        dieOnSqlError(
+          Cursor.listPage(
+            "files",
+            (t, e, after, limit) => repo.list(t, e, after, limit, params.purpose),
+            toFile
+          )(p, params)
+        ),
+      remove: (p: CellRef, id: string) =>
+        dieOnSqlError(
+          Effect.flatMap(repo.remove(p, id), (deleted) =>
+            deleted ? Effect.succeed({ id, object: "file" as const, deleted: true as const }) : Effect.fail(notFound("file", "file_id")))
+        ),
+      content: (p: CellRef, id: string, headers: Readonly<Record<string, string | undefined>>) => dieOnSqlError(content(p, id, headers)),
+      /** The cell's files among `ids` (run input references), by id. */
+      filesOf: (p: CellRef, ids: ReadonlyArray<string>) =>
+        Effect.map(repo.filesOf(p, ids), (rows) => new Map(rows.map((r) => [r.id, r] as const))),
+      /** The whole content of a file (run inputs for a model). */
+      readAll: (fileId: string, bytes: number) =>
+        Stream.runCollect(bytesOf(fileId, { start: 0, end: bytes - 1 })).pipe(
+          Effect.map((chunks) => Buffer.concat(Array.from(chunks, (c) => Buffer.from(c))))
+        )
+    } as const
+  }),
+  dependencies: [FilesRepo.Default]
+}) {}
+
+/** The stored chunks a byte range covers: each one's index, and the offset and length within it. */
+export const chunkIndexes = (range: ByteRange) => {
+  const out: Array<{ index: number; offset: number; length: number }> = []
+  for (let index = Math.floor(range.start / FILE_CHUNK_BYTES); index * FILE_CHUNK_BYTES <= range.end; index++) {
+    const chunkStart = index * FILE_CHUNK_BYTES
+    const from = Math.max(range.start, chunkStart)
+    const to = Math.min(range.end, chunkStart + FILE_CHUNK_BYTES - 1)
+    out.push({ index, offset: from - chunkStart, length: to - from + 1 })
+  }
+  return out
+}
+
+/** `If-None-Match`: `*` or a list of entity tags (weak comparison). */
+const matchesEtag = (header: string | undefined, etag: string) =>
+  header !== undefined &&
+  (header.trim() === "*" || header.split(",").some((tag) => tag.trim().replace(/^W\//, "") === etag))
