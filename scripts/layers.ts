@@ -34,6 +34,7 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Usage",
       "Audit",
       "Webhooks",
+      "Schedules",
       "Files",
       "Memory",
       "Operator",

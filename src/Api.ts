@@ -25,6 +25,7 @@ import { MemoryApi } from "./Memory/Api.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
 import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
+import { SchedulesApi } from "./Schedules/Api.js"
 import { SystemApi } from "./System/Api.js"
 import { ConnectionsApi, KeySetApi } from "./Tools/Api.js"
 import { UsageApi } from "./Usage/Api.js"
@@ -52,6 +53,7 @@ const base = HttpApi.make("agent-platform")
   .add(AuditApi)
   .add(WebhookEndpointsApi)
   .add(WebhookDeliveriesApi)
+  .add(SchedulesApi)
   .add(FilesApi)
   .add(MemoryApi)
   .add(SystemApi)

@@ -44,6 +44,9 @@ import { RunStoreSql } from "./Runs/Repo.js"
 import { CellsLive } from "./Runtime/CellsLive.js"
 import { ReconcilerLive } from "./Runtime/Reconciler.js"
 import { RecoveryLive } from "./Runtime/Recovery.js"
+import { SchedulerLive } from "./Runtime/Scheduler.js"
+import { Schedules } from "./Schedules.js"
+import { SchedulesLive } from "./Schedules/Http.js"
 import { SystemLive } from "./System/Http.js"
 import { Tools } from "./Tools.js"
 import { ConnectionsLive, KeySetLive } from "./Tools/Http.js"
@@ -78,6 +81,7 @@ const GroupsLive = Layer.mergeAll(
   AuditLive,
   WebhookEndpointsLive,
   WebhookDeliveriesLive,
+  SchedulesLive,
   FilesLive,
   MemoryLive,
   SystemLive,
@@ -113,6 +117,7 @@ export const ServicesLive = Layer.mergeAll(
   Audit.Default,
   Invoker.Default,
   Webhooks.Default,
+  Schedules.Default,
   Files.Default,
   Memory.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
@@ -145,6 +150,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(RecoveryLive),
   Layer.provide(ReconcilerLive),
   Layer.provide(WebhookWorkerLive),
+  Layer.provide(SchedulerLive),
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),

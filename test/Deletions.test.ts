@@ -2,7 +2,7 @@
  * The purge worker's failure path: a failing purge is rolled back whole, recorded, retried with
  * backoff and does not block the jobs behind it. Also: the key that deleted a user can follow the
  * job's Location without any scope beyond users:write. Deleting an environment purges its
- * workspace memory (D14).
+ * workspace memory (D14), and its schedules with their firings (D15).
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -11,6 +11,7 @@ import { Deletions } from "../src/Platform/Deletions.js"
 import { makeTestApp } from "./support/App.js"
 import { createKey, provisionSandbox, request } from "./support/Client.js"
 import { expectSingle } from "./support/Envelopes.js"
+import { agentFixture, scriptedProfile } from "./support/Sandboxes.js"
 import { advanceUntil, eventually } from "./support/Waiting.js"
 
 describe("deletion jobs", () => {
@@ -81,5 +82,29 @@ describe("deletion jobs", () => {
       expect((yield* request("DELETE", sb.P, { key: deleter.secret })).status).toBe(202)
       yield* (yield* Deletions).runDue // (or the worker's own pass, already under way)
       expect(yield* eventually(memory, (n) => n === 0)).toBe(0)
+    }).pipe(Effect.provide(makeTestApp({ purgeDelaySeconds: 0 }))), 60_000)
+
+  it.live("deleting an environment purges its schedules and their firings", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const sb = yield* provisionSandbox(["agents:write", "schedules:write"])
+      const { rev, ws } = yield* agentFixture(sb.P, sb.key, {
+        profile: scriptedProfile([{ type: "text", text: "ok" }]),
+        instructions: "",
+        tool_ids: []
+      })
+      const body = { workspace_id: ws.id, agent_revision_id: rev.id, cron: "* * * * * *", input: [{ type: "text", text: "hi" }] }
+      expectSingle(yield* request("POST", `${sb.P}/schedules`, { key: sb.key, body }), 201)
+      const rows = Effect.map(
+        sql<{ schedules: number; firings: number }>`
+          SELECT (SELECT count(*)::int FROM schedules WHERE tenant_id = ${sb.tenantId}) AS schedules,
+                 (SELECT count(*)::int FROM schedule_firings WHERE tenant_id = ${sb.tenantId}) AS firings`.pipe(Effect.orDie),
+        ([row]) => row!
+      )
+      expect((yield* eventually(rows, (r) => r.firings > 0)).firings).toBeGreaterThan(0)
+      const deleter = yield* createKey(sb.tenantId, ["environments:write"], "deleter")
+      expect((yield* request("DELETE", sb.P, { key: deleter.secret })).status).toBe(202)
+      yield* (yield* Deletions).runDue
+      expect(yield* eventually(rows, (r) => r.schedules === 0 && r.firings === 0)).toEqual({ schedules: 0, firings: 0 })
     }).pipe(Effect.provide(makeTestApp({ purgeDelaySeconds: 0 }))), 60_000)
 })

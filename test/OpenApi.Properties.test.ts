@@ -396,6 +396,10 @@ const populate = Effect.gen(function*() {
     created(yield* upload(sb.P, sb.key, "one", { purpose: "knowledge", filename: "one.txt", type: "text/plain" })),
     created(yield* upload(sb.P, sb.key, "two", { purpose: "knowledge", filename: "two.txt", type: "text/plain" }))
   ]
+  // a schedule (D15) that fires on 1 January only
+  const schedule = created(
+    yield* post("/schedules", { workspace_id: ws.id, agent_revision_id: rev.id, cron: "0 0 1 1 *", input: [{ type: "text", text: "hi" }] })
+  )
   const ids: Pool = {
     user_id: users.map((u) => u.id),
     service_actor_id: [actor],
@@ -415,6 +419,7 @@ const populate = Effect.gen(function*() {
     event_id: events.body.items.map((e: any) => e.id),
     endpoint_id: [endpoint],
     delivery_id: deliveries.body.items.map((d: any) => d.id),
+    schedule_id: [schedule],
     key: [memoryKey],
     file_id: files
   }

@@ -9,15 +9,12 @@
  *     when the process died: after the restart it is delivered exactly once.
  * Every request the receiver got verifies with `standardwebhooks` (real clock).
  */
-import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
 import { afterEach, describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import { OPERATOR_TOKEN } from "./support/App.js"
-import { freshDatabase } from "./support/Database.js"
 import { RUN_SCOPES } from "./support/Sandboxes.js"
-import { callChild, type ChildServer, killAllChildren, startChild } from "./support/Server.js"
+import { callChild, childDatabase, type ChildServer, killAllChildren, startChild } from "./support/Server.js"
 import { realSleep } from "./support/Waiting.js"
 import { startReceiver, verifyAt } from "./support/WebhookReceiver.js"
 import { WEBHOOK_SCOPES } from "./support/WebhookSandbox.js"
@@ -56,12 +53,7 @@ describe("webhook deliveries across kill -9", () => {
     "a committed event is delivered after a restart; an attempt cut short is sent again with the same webhook-id",
     () =>
       Effect.scoped(Effect.gen(function*() {
-        const db = yield* freshDatabase
-        yield* Effect.addFinalizer(() => Effect.promise(killAllChildren))
-        const sql = Context.get(
-          yield* Layer.build(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 2 }).pipe(Layer.orDie)),
-          SqlClient.SqlClient
-        )
+        const { db, sql } = yield* childDatabase
         const receiver = yield* startReceiver(200)
         receiver.script.push("hang") // the first request is never answered
         const env = {

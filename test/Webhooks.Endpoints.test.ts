@@ -123,7 +123,7 @@ layer(makeTestApp(webhookSettings()), { excludeTestServices: true, timeout: "60 
       const s = yield* webhookSandbox()
       const post = (event_types: unknown) => s.hooks("POST", "/webhook-endpoints", { url: RECEIVER, event_types })
       expectError(yield* post(["run.succeeded", "run.started"]), 400, "invalid_request", "parameter_invalid", "event_types.1")
-      expectError(yield* post(["schedule.disabled"]), 400, "invalid_request", "parameter_invalid", "event_types.0")
+      expectError(yield* post(["schedule.fired"]), 400, "invalid_request", "parameter_invalid", "event_types.0")
       expectError(yield* post([]), 400, "invalid_request", "parameter_invalid", "event_types")
       expectError(
         yield* s.hooks("POST", "/webhook-endpoints", { url: RECEIVER }),

@@ -96,6 +96,13 @@ export interface AppConfigShape {
   readonly edge: EdgeConfig
   /** webhook deliveries (D18): how many are in flight, per endpoint and per process, their lease, the fallback poll */
   readonly webhooks: WebhookConfig
+  /** schedules (D15): the scheduler's longest sleep (it wakes at the earliest next_run_at, at most this much later) */
+  readonly schedules: ScheduleConfig
+}
+
+export interface ScheduleConfig {
+  /** the scheduler sleeps until the earliest due schedule, at most this long (a schedule made or changed elsewhere is seen within it) */
+  readonly pollMillis: number
 }
 
 export interface WebhookConfig {
@@ -201,6 +208,8 @@ export const defaultWebhookConfig: WebhookConfig = {
   leaseSeconds: 60,
   pollSeconds: 30
 }
+
+export const defaultScheduleConfig: ScheduleConfig = { pollMillis: 1000 }
 
 export const defaultToolConfig: ToolConfig = {
   issuer: Option.none(),
@@ -308,6 +317,9 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
         Config.validate({ message: "WEBHOOK_LEASE_SECONDS must be at least 16 (an attempt takes up to 15 s)", validation: (n) => n >= 16 })
       ),
       pollSeconds: bounded("WEBHOOK_POLL_SECONDS", 30, 3600)
+    }),
+    schedules: Config.all({
+      pollMillis: bounded("SCHEDULER_POLL_MILLIS", 1000, 60_000)
     })
   })
 
@@ -334,6 +346,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     tools: defaultToolConfig,
     edge: defaultEdgeConfig,
     webhooks: defaultWebhookConfig,
+    schedules: defaultScheduleConfig,
     ...overrides
   })
 }

@@ -20,6 +20,7 @@ import webhooks from "./migrations/0011_webhooks.js"
 import auditSettings from "./migrations/0012_audit_settings.js"
 import files from "./migrations/0013_files.js"
 import memory from "./migrations/0014_memory.js"
+import schedules from "./migrations/0015_schedules.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -38,7 +39,8 @@ export const loader = Migrator.fromRecord({
   "0011_webhooks": webhooks,
   "0012_audit_settings": auditSettings,
   "0013_files": files,
-  "0014_memory": memory
+  "0014_memory": memory,
+  "0015_schedules": schedules
 })
 
 const migrate = Migrator.make({})

@@ -20,10 +20,15 @@ export const WEBHOOK_RUN_EVENT_TYPES = ["run.requires_action", ...TERMINAL_EVENT
 /**
  * Every event type an endpoint may subscribe to (D18). Events of other resources are enqueued by
  * the transaction that changes them (`WebhooksRepo.enqueue`): an approval expiring, a deletion job
- * succeeding. `schedule.disabled` joins this list with schedules (D15), enqueued the same way by
- * the transaction that disables the schedule.
+ * succeeding, a schedule disabled because its key was revoked (D15, `schedule.disabled`, in the
+ * scheduler's transaction that disables it: src/Schedules/Repo.ts).
  */
-export const WEBHOOK_EVENT_TYPES = [...WEBHOOK_RUN_EVENT_TYPES, "approval.expired", "deletion_job.succeeded"] as const
+export const WEBHOOK_EVENT_TYPES = [
+  ...WEBHOOK_RUN_EVENT_TYPES,
+  "approval.expired",
+  "deletion_job.succeeded",
+  "schedule.disabled"
+] as const
 
 export const WebhookEventType = Schema.Literal(...WEBHOOK_EVENT_TYPES).annotations({
   identifier: "WebhookEventType",

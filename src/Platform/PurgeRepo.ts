@@ -10,6 +10,9 @@ import { DeletionJobRow } from "./Rows.js"
 
 /** Tables holding a cell's live data by (tenant_id, environment), in an order foreign keys allow. */
 export const CELL_TABLES = [
+  // a schedule's firings name its runs, and the schedule its last run: both go before the runs
+  "schedule_firings",
+  "schedules",
   "webhook_deliveries",
   "webhook_endpoints",
   // a file's chunks go with it (ON DELETE CASCADE); run outputs name their run

@@ -1,0 +1,74 @@
+/**
+ * The scheduler (D15): one loop per process fires the due schedules (`Schedules.fireNext`, one
+ * transaction per scheduled time, `FOR UPDATE SKIP LOCKED`, so every replica may run it and each
+ * scheduled time starts one run), then hands each started run to its cell, which starts its actor.
+ * A process that dies between the commit and the hand-over leaves a queued run: recovery starts it
+ * at the next start (src/Runtime/Recovery.ts).
+ *
+ * Due-ness is Effect's Clock, passed into SQL (never the database's `now()`), so suites drive it
+ * with TestClock. The loop sleeps until the earliest `next_run_at`, at most SCHEDULER_POLL_MILLIS;
+ * `LISTEN schedules` (a schedule created, changed or fired anywhere) wakes it at once.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Duration, Effect, Layer, Queue, Schedule, Stream } from "effect"
+
+import { Cells } from "../Cells/Cells.js"
+import { StartRun } from "../Cells/Protocol.js"
+import { AppConfig } from "../Config/AppConfig.js"
+import { Schedules } from "../Schedules.js"
+
+/**
+ * A schedule due now that this pass did not fire is held by another process's transaction (or was
+ * read before it became due): look again after this pause, in real time, not the Clock's.
+ */
+const heldPause = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 25)))
+
+const scheduler = Effect.gen(function*() {
+  const { pollMillis } = (yield* AppConfig).schedules
+  const schedules = yield* Schedules
+  const cells = yield* Cells
+  const pg = yield* PgClient.PgClient
+  const wake = yield* Queue.sliding<void>(1)
+
+  yield* pg.listen("schedules").pipe(
+    Stream.runForEach(() => Queue.offer(wake, undefined)),
+    Effect.tapErrorCause((cause) => Effect.logWarning("schedules listener lost; reconnecting", cause)),
+    Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+    Effect.forkScoped
+  )
+
+  /** Fires every due schedule this process gets; how many runs it started. */
+  const fireDue = Effect.gen(function*() {
+    let started = 0
+    while (true) {
+      const firing = yield* schedules.fireNext(new Date(yield* Clock.currentTimeMillis))
+      if (firing === undefined) return started
+      if (firing._tag === "Fired") {
+        started++
+        yield* cells.send(firing.cell, new StartRun({ runId: firing.runId })).pipe(
+          Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
+        )
+      }
+    }
+  })
+
+  /** Until the earliest due time, the poll, or a notification; a moment when what is due now is held elsewhere. */
+  const waitForWork = Effect.gen(function*() {
+    const due = yield* schedules.nextDue
+    const now = yield* Clock.currentTimeMillis
+    if (due !== undefined && due.getTime() <= now) return yield* heldPause
+    const wait = Math.min(pollMillis, due === undefined ? pollMillis : due.getTime() - now)
+    yield* Effect.raceFirst(Queue.take(wake), Effect.sleep(Duration.millis(wait)))
+  })
+
+  yield* Effect.zipRight(fireDue, waitForWork).pipe(
+    Effect.catchAllCause((cause) =>
+      Effect.zipRight(Effect.logWarning("scheduler pass failed", cause), Effect.sleep(Duration.millis(pollMillis)))
+    ),
+    Effect.forever,
+    Effect.forkScoped
+  )
+})
+
+/** The scheduler of this process (needs the Schedules service, the cells, AppConfig and the PgClient). */
+export const SchedulerLive = Layer.scopedDiscard(scheduler)
