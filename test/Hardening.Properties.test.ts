@@ -17,7 +17,7 @@
  * Deleting the environment or the tenant runs against a sandbox of its own. A failing case is
  * shrunk by fast-check and printed (method, path, query, headers, body, answer).
  */
-import { HttpApi } from "@effect/platform"
+import { HttpApi, HttpApiSchema } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { afterAll, expect, layer } from "@effect/vitest"
 import { Arbitrary, Context, Effect, FastCheck as fc, Layer, Option, Runtime, Schema, SchemaAST } from "effect"
@@ -483,6 +483,27 @@ const hugeNumbers = [
 ]
 const nest = (depth: number) => "[".repeat(depth - 1) + "{}" + "]".repeat(depth - 1)
 
+/** One part of a multipart/form-data body: a field, or a file when it has a filename. */
+interface Part {
+  readonly name: string
+  readonly filename?: string
+  readonly type?: string
+  readonly data: Buffer
+}
+
+/** A multipart/form-data body of these parts, with its Content-Type (boundary). */
+const multipart = (parts: ReadonlyArray<Part>) => {
+  const boundary = `----property${++counter}`
+  const chunks: Array<Buffer> = []
+  for (const part of parts) {
+    const disposition = `form-data; name="${part.name}"${part.filename === undefined ? "" : `; filename="${part.filename}"`}`
+    const type = part.type === undefined ? "" : `Content-Type: ${part.type}\r\n`
+    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: ${disposition}\r\n${type}\r\n`), part.data, Buffer.from("\r\n"))
+  }
+  chunks.push(Buffer.from(`--${boundary}--\r\n`))
+  return { body: Buffer.concat(chunks), contentType: `multipart/form-data; boundary=${boundary}` }
+}
+
 /**
  * The cases of one operation against cell `own` (its real ids), `foreign` (another tenant).
  */
@@ -504,7 +525,8 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
     payloadAst?._tag === "TypeLiteral" ? payloadAst.propertySignatures.find((p) => p.name === key)?.type : undefined
   const closedPayload = isClosedStruct(payloadAst)
   /** A valid body (the schema's arbitrary, encoded), its id fields now and then real ids. */
-  const validBody: fc.Arbitrary<any> = op.payload
+  const isUpload = op.payload !== undefined && HttpApiSchema.getMultipart(op.payload.ast) !== undefined
+  const validBody: fc.Arbitrary<any> = op.payload && !isUpload
     ? fc.tuple(Arbitrary.make(op.payload).map((v) => Schema.encodeSync(op.payload as Schema.Schema<any, any>)(v)), fc.boolean(), fc.nat())
       .map(([body, real, pick]) => {
         if (!real || body === null || typeof body !== "object") return body
@@ -575,6 +597,90 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
 
   const modes: Array<{ arbitrary: fc.Arbitrary<Case>; weight: number }> = []
   const add = (weight: number, arbitrary: fc.Arbitrary<Case>) => modes.push({ weight, arbitrary })
+
+  // A multipart upload (uploadFile, D13): its own valid and hostile bodies; JSON is refused.
+  if (isUpload) {
+    const upload = (mode: string, parts: fc.Arbitrary<ReadonlyArray<Part>>, expected?: Case["expected"]) =>
+      fc.tuple(cleanParams, parts).map(([p, ps]) => make(mode, p, { ...multipart(ps), ...(expected ? { expected } : {}) }))
+    const purpose = fc.constantFrom("run_input", "knowledge")
+    const bytes = fc.uint8Array({ minLength: 1, maxLength: 500 }).map((b) => Buffer.from(b))
+    const file = (filename: fc.Arbitrary<string>, data = bytes) =>
+      fc.tuple(filename, data).map(([filename, data]): Part => ({ name: "file", filename, type: "application/octet-stream", data }))
+    const goodName = fc.constantFrom("a.txt", "report 2026.pdf", "données.csv", "x".repeat(255))
+    const field = (name: string, value: fc.Arbitrary<string>) => value.map((v): Part => ({ name, data: Buffer.from(v) }))
+    add(4, upload("valid", fc.tuple(field("purpose", purpose), file(goodName))))
+    add(
+      1,
+      upload(
+        "hostile filename",
+        fc.tuple(field("purpose", purpose), file(fc.constantFrom("a/b.txt", "a\\b", "x".repeat(256), "a\u0001b"))),
+        // a control character may already be refused by the multipart parser (invalid_request)
+        { statuses: [400] }
+      )
+    )
+    add(
+      1,
+      upload(
+        "hostile purpose",
+        fc.tuple(
+          field(
+            "purpose",
+            nastyString.filter((v) => v !== "run_input" && v !== "knowledge" && v.length < 900)
+          ),
+          file(goodName)
+        ),
+        { statuses: [400] }
+      )
+    )
+    add(1, upload("no file", fc.tuple(field("purpose", purpose)), { statuses: [400], code: "parameter_missing" }))
+    add(
+      1,
+      upload("empty file", fc.tuple(field("purpose", purpose), file(goodName, fc.constant(Buffer.alloc(0)))), {
+        statuses: [400],
+        code: "file_empty"
+      })
+    )
+    add(
+      1,
+      upload("unknown field", fc.tuple(field("purpose", purpose), file(goodName), field("extra", fc.constant("1"))), {
+        statuses: [400],
+        code: "unknown_parameter"
+      })
+    )
+    add(
+      1,
+      fc.tuple(cleanParams, fc.constantFrom("run_input", "knowledge")).map(([p, purpose]) =>
+        make("json body", p, { body: JSON.stringify({ purpose }), expected: { statuses: [400], code: "unsupported_content_type" } })
+      )
+    )
+    add(
+      1,
+      fc.tuple(cleanParams, fc.uint8Array({ maxLength: 300 })).map(([p, junk]) =>
+        make("malformed multipart", p, {
+          body: Buffer.from(junk),
+          contentType: "multipart/form-data; boundary=zz",
+          expected: { statuses: [400] }
+        })
+      )
+    )
+    add(
+      1,
+      fc.tuple(cleanParams, fc.tuple(field("purpose", purpose), file(goodName))).map(([p, ps]) =>
+        make("no idempotency key", p, {
+          ...multipart(ps),
+          idempotencyKey: null,
+          expected: { statuses: [400], code: "idempotency_key_required" }
+        })
+      )
+    )
+    add(
+      1,
+      fc.tuple(cleanParams, fc.tuple(field("purpose", purpose), file(goodName))).map(([p, ps]) =>
+        make("foreign id", { ...p, tenant_id: foreign.tenantId }, { ...multipart(ps), expected: { statuses: [404] } })
+      )
+    )
+    return fc.oneof(...modes)
+  }
 
   add(
     6,

@@ -7,7 +7,8 @@
  *
  * Due-ness is Effect's Clock, passed into SQL (never the database's `now()`), so suites drive it
  * with TestClock. The loop sleeps until the earliest `next_run_at`, at most SCHEDULER_POLL_MILLIS;
- * `LISTEN schedules` (a schedule created, changed or fired anywhere) wakes it at once.
+ * `LISTEN schedules` (a schedule created, changed or fired anywhere) wakes it at once. With no
+ * active schedule it waits for that notification alone (and a real-time look every minute).
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Duration, Effect, Layer, Queue, Schedule, Stream } from "effect"
@@ -21,7 +22,15 @@ import { Schedules } from "../Schedules.js"
  * A schedule due now that this pass did not fire is held by another process's transaction (or was
  * read before it became due): look again after this pause, in real time, not the Clock's.
  */
-const heldPause = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 25)))
+const realPause = (millis: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis).unref()))
+const heldPause = realPause(25)
+
+/**
+ * With no active schedule the loop waits for a notification, and looks again after this much real
+ * time in case one was lost: not on the Clock, so a suite that moves TestClock by days does not
+ * wake an idle scheduler once per poll interval of those days.
+ */
+const IDLE_LOOK_MILLIS = 60_000
 
 const scheduler = Effect.gen(function*() {
   const { pollMillis } = (yield* AppConfig).schedules
@@ -56,8 +65,9 @@ const scheduler = Effect.gen(function*() {
   const waitForWork = Effect.gen(function*() {
     const due = yield* schedules.nextDue
     const now = yield* Clock.currentTimeMillis
-    if (due !== undefined && due.getTime() <= now) return yield* heldPause
-    const wait = Math.min(pollMillis, due === undefined ? pollMillis : due.getTime() - now)
+    if (due === undefined) return yield* Effect.raceFirst(Queue.take(wake), realPause(IDLE_LOOK_MILLIS))
+    if (due.getTime() <= now) return yield* heldPause
+    const wait = Math.min(pollMillis, due.getTime() - now)
     yield* Effect.raceFirst(Queue.take(wake), Effect.sleep(Duration.millis(wait)))
   })
 
