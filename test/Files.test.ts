@@ -127,6 +127,17 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "120 seconds" })("fil
 
       const notMultipart = yield* request("POST", `${sb.P}/files`, { key: sb.key, body: { purpose: "run_input" } })
       expectErrorCode(notMultipart, 400, "unsupported_content_type")
+      // a multipart body that ends before its closing boundary (empty, or junk) is refused, not left hanging
+      for (
+        const rawBody of ["", "junk without any boundary", "--zz\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nrun_input"]
+      ) {
+        const malformed = yield* request("POST", `${sb.P}/files`, {
+          key: sb.key,
+          rawBody,
+          headers: { "content-type": "multipart/form-data; boundary=zz" }
+        })
+        expectErrorCode(malformed, 400)
+      }
     }))
 
   it.effect("runs read files from their input and produce files: run.file.created, a run_output file with its run_id", () =>

@@ -286,7 +286,7 @@ const prepared = (
     // An upload's body is a file (multipart, staged on disk within its own limit), not JSON.
     const body = upload === undefined
       ? yield* checkedBody(request, config.edge.bodyLimitBytes)
-      : yield* preparedUpload(request, upload)
+      : yield* preparedUpload(request, upload, config.edge.requestTimeoutSeconds)
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]

@@ -10,7 +10,7 @@ import { createHash } from "node:crypto"
 import { createReadStream } from "node:fs"
 
 import { type HttpServerRequest, Multipart } from "@effect/platform"
-import { Effect, Scope } from "effect"
+import { Duration, Effect, Scope } from "effect"
 
 import { MAX_FILE_BYTES, UPLOAD_LIMITS, UPLOAD_SLACK } from "../Domain/Files.js"
 import { InvalidRequest } from "../Kernel/Errors.js"
@@ -37,6 +37,9 @@ const reasonOf = (error: Multipart.MultipartError): Multipart.MultipartError["re
     ? "TooManyParts"
     : "FieldTooLarge"
 }
+
+const missingFile = () =>
+  new InvalidRequest({ code: "parameter_missing", message: "Send exactly one file part named `file`", param: "file" })
 
 const refusal = (error: Multipart.MultipartError): InvalidRequest => {
   switch (reasonOf(error)) {
@@ -71,7 +74,7 @@ const sha256Of = (path: string) =>
  * purpose, the part's name and type, and the bytes' size and SHA-256). The staged file lives as
  * long as `scope`.
  */
-export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, scope: Scope.Scope) =>
+export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, scope: Scope.Scope, timeoutSeconds: number) =>
   Effect.gen(function*() {
     const contentType = request.headers["content-type"] ?? ""
     if (!/^multipart\/form-data\s*;/i.test(contentType)) {
@@ -82,6 +85,8 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
       })
     }
     const declared = request.headers["content-length"]
+    // (@effect/platform-node's multipart reader never finishes on a body of no bytes: refused here)
+    if (declared !== undefined && Number(declared) === 0) return yield* missingFile()
     if (declared !== undefined && Number(declared) > MAX_BODY) {
       linger(request)
       return yield* tooLarge()
@@ -91,7 +96,13 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
         linger(request)
         return Effect.fail(refusal(error))
       }),
-      Effect.provideService(Scope.Scope, scope)
+      Effect.provideService(Scope.Scope, scope),
+      // a body that never ends (or a chunked one of no bytes) is refused, as the server's request timeout would
+      Effect.timeoutFail({
+        duration: Duration.seconds(timeoutSeconds),
+        onTimeout: () =>
+          new InvalidRequest({ code: "invalid_request", message: `The multipart/form-data body did not end within ${timeoutSeconds} s` })
+      })
     )
     for (const key of Object.keys(persisted)) {
       if (key !== "file" && key !== "purpose") {
@@ -100,13 +111,7 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
     }
     const parts = persisted["file"]
     const file = Array.isArray(parts) && parts.length === 1 && Multipart.isPersistedFile(parts[0]) ? parts[0] : undefined
-    if (file === undefined) {
-      return yield* new InvalidRequest({
-        code: "parameter_missing",
-        message: "Send exactly one file part named `file`",
-        param: "file"
-      })
-    }
+    if (file === undefined) return yield* missingFile()
     const { bytes, sha256 } = yield* sha256Of(file.path)
     if (bytes === 0) return yield* new InvalidRequest({ code: "file_empty", message: "The file is empty", param: "file" })
     if (bytes > MAX_FILE_BYTES) return yield* tooLarge()
