@@ -38,6 +38,7 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Files",
       "Memory",
       "Operator",
+      "ProductionRequests",
       "System"
     ]
   },

@@ -24,6 +24,7 @@ import {
 import { MemoryApi } from "./Memory/Api.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
+import { OperatorProductionRequestsApi, ProductionRequestsApi } from "./ProductionRequests/Api.js"
 import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
 import { SchedulesApi } from "./Schedules/Api.js"
 import { SystemApi } from "./System/Api.js"
@@ -56,8 +57,10 @@ const base = HttpApi.make("agent-platform")
   .add(SchedulesApi)
   .add(FilesApi)
   .add(MemoryApi)
+  .add(ProductionRequestsApi)
   .add(SystemApi)
   .add(OperatorApi)
+  .add(OperatorProductionRequestsApi)
 
 export class Api extends base
   .addError(InvalidRequestError)

@@ -37,6 +37,8 @@ import { Platform } from "./Platform.js"
 import { Auth } from "./Platform/Auth.js"
 import { Deletions } from "./Platform/Deletions.js"
 import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLive } from "./Platform/Http.js"
+import { ProductionRequests } from "./ProductionRequests.js"
+import { OperatorProductionRequestsLive, ProductionRequestsLive } from "./ProductionRequests/Http.js"
 import { Runs } from "./Runs.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { ConversationsLive, EventsLive, RunsLive } from "./Runs/Http.js"
@@ -84,8 +86,10 @@ const GroupsLive = Layer.mergeAll(
   SchedulesLive,
   FilesLive,
   MemoryLive,
+  ProductionRequestsLive,
   SystemLive,
-  OperatorLive
+  OperatorLive,
+  OperatorProductionRequestsLive
 )
 
 export const ApiLive = HttpApiBuilder.api(Api).pipe(
@@ -119,7 +123,8 @@ export const ServicesLive = Layer.mergeAll(
   Webhooks.Default,
   Schedules.Default,
   Files.Default,
-  Memory.Default
+  Memory.Default,
+  ProductionRequests.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
 /**

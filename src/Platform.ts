@@ -12,13 +12,14 @@ import { Cells } from "./Cells/Cells.js"
 import { EndRuns } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import type { DeletionJob } from "./Domain/Platform.js"
+import { type CreatedApiKey, type DeletionJob, ROTATION_GRACE } from "./Domain/Platform.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { withinCeiling } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { afterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
+import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
 
@@ -129,13 +130,16 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       )
 
     // ---- api keys ---------------------------------------------------------------------------
-    const listApiKeys = Cursor.listPage("api_keys", repo.apiKeys, Rows.toApiKey)
+    // A key's status (`expired` once its `expires_at` passed) is read on Effect's Clock.
+    const listApiKeys = (p: Principal, params: Cursor.ListParams) =>
+      Effect.flatMap(now, (at) => Cursor.listPage("api_keys", repo.apiKeys, (row: Rows.ApiKeyRow) => Rows.toApiKey(row, at))(p, params))
 
     const getApiKey = (p: Principal, id: string) =>
-      Effect.flatMap(
-        repo.apiKey(p.tenantId, p.environment, id),
-        (row) => row ? Effect.succeed(Rows.toApiKey(row)) : Effect.fail(notFound("API key", "key_id"))
-      )
+      Effect.gen(function*() {
+        const row = yield* repo.apiKey(p.tenantId, p.environment, id)
+        if (!row) return yield* notFound("API key", "key_id")
+        return Rows.toApiKey(row, yield* now)
+      })
 
     /** Revokes a key and every key derived from it, within the caller's management ceiling. */
     const revokeApiKey = (p: Principal, id: string) =>
@@ -143,9 +147,43 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         const target = yield* repo.lockApiKey(p, id)
         if (!target) return yield* notFound("API key", "key_id")
         yield* withinCeiling(p, target.scopes)
-        yield* repo.revokeTree("key", id, "revoked", yield* now)
+        const at = yield* now
+        yield* repo.revokeTree("key", id, "revoked", at)
         const row = yield* repo.apiKey(p.tenantId, p.environment, id)
-        return Rows.toApiKey(row!)
+        return Rows.toApiKey(row!, at)
+      }))
+
+    /**
+     * Rotation (D17): a new key with the old one's name, kind and scopes (its secret shown once),
+     * and the old key (with the keys derived from it) expiring `graceSeconds` from now. Only an
+     * active key that was not rotated yet: a revoked or expired one is 409 `key_not_active`, one
+     * already rotated (still in its grace) 409 `key_already_rotated` — one successor per key, and
+     * no grace extended by rotating again (revoking it ends the grace at once).
+     */
+    const rotateApiKey = (p: Principal, id: string, graceSeconds: number) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const target = yield* repo.lockApiKey(p, id)
+        if (!target) return yield* notFound("API key", "key_id")
+        yield* withinCeiling(p, target.scopes)
+        const at = yield* now
+        const status = Rows.keyStatus(target, at)
+        if (status !== "active") return yield* conflict("key_not_active", `This API key is ${status}: only an active key can be rotated`)
+        if (target.expires_at !== null) {
+          return yield* conflict(
+            "key_already_rotated",
+            `This API key already expires at ${target.expires_at.toISOString()}; rotate the key that replaced it, or revoke this one`
+          )
+        }
+        yield* repo.expireTree(id, new Date(at.getTime() + graceSeconds * 1000))
+        const secret = KeySecrets.generate(p.environment)
+        const row = yield* repo.insertRotatedKey({
+          id: yield* makeId("key"),
+          from: id,
+          prefix: KeySecrets.prefixOf(secret),
+          secretHash: KeySecrets.hash(secret),
+          at
+        })
+        return { ...Rows.toApiKey(row, at), secret } satisfies CreatedApiKey
       }))
 
     // ---- users ------------------------------------------------------------------------------
@@ -245,13 +283,16 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     return {
       allowedWorkspace: (p: Principal) => dieOnSqlError(allowedWorkspace(p)),
       /**
-       * Whether a run may still act (checked before each dispatch): `active`, `revoked` (its key or
-       * user), or `deleted` (its environment or tenant is being deleted).
+       * Whether a run may still act (checked before each dispatch), on Effect's Clock: `active`,
+       * `revoked` (its key revoked or expired — a rotated key after its grace —, or its user
+       * deleted: the run ends `failed`, `authorization_revoked`), or `deleted` (its environment or
+       * tenant is being deleted).
        */
       authorization: (run: { readonly key_id: string; readonly user_id: string | null }) =>
-        dieOnSqlError(repo.authorization(run.key_id, run.user_id)),
+        dieOnSqlError(Effect.flatMap(now, (at) => repo.authorization(run.key_id, run.user_id, at))),
       /** Whether a key (with its tenant and environment) may still act (open streams re-check it). */
-      keyActive: (keyId: string) => dieOnSqlError(Effect.map(repo.authorization(keyId, null), (a) => a === "active")),
+      keyActive: (keyId: string) =>
+        dieOnSqlError(Effect.flatMap(now, (at) => Effect.map(repo.authorization(keyId, null, at), (a) => a === "active"))),
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),
@@ -263,6 +304,8 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       listApiKeys: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listApiKeys(p, params)),
       getApiKey: (p: Principal, id: string) => dieOnSqlError(getApiKey(p, id)),
       revokeApiKey: (p: Principal, id: string) => dieOnSqlError(revokeApiKey(p, id)),
+      rotateApiKey: (p: Principal, id: string, graceSeconds: number = ROTATION_GRACE.default) =>
+        dieOnSqlError(rotateApiKey(p, id, graceSeconds)),
       listUsers: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listUsers(p, params)),
       getUser: (p: Principal, id: string) => dieOnSqlError(getUser(p, id)),
       createUser: (p: Principal, body: Parameters<typeof createUser>[1]) => dieOnSqlError(createUser(p, body)),

@@ -13,8 +13,9 @@
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { OPERATOR_TOKEN } from "./support/App.js"
+import { childDatabase } from "./support/Database.js"
 import { RUN_SCOPES, TERMINAL } from "./support/Sandboxes.js"
-import { callChild, childDatabase, type ChildServer, killAllChildren, startChild } from "./support/Server.js"
+import { callChild, type ChildServer, killAllChildren, startChild } from "./support/Server.js"
 import { realSleep } from "./support/Waiting.js"
 
 afterEach(killAllChildren)

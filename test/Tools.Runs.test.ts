@@ -226,6 +226,8 @@ describe("tool runs", () => {
         const lost = yield* s.waitFor(run.id, TERMINAL, 400)
         expect(lost.status).toBe("outcome_unknown")
         expect(s.host.calls.filter((c) => c.path === "/refunds")).toHaveLength(1)
+        // the write was sent: its tool_call usage record (D16) came with the outcome_unknown commit
+        expect(lost.usage.tool_calls).toBe(1)
         const history = yield* s.eventList(run.id)
         s.host.knobs.reconciliation = "truth"
         const receipts = yield* eventually(s.eventList(run.id), (items) => items.some((e) => e.type === "run.reconciled"), 100)

@@ -21,6 +21,9 @@ import auditSettings from "./migrations/0012_audit_settings.js"
 import files from "./migrations/0013_files.js"
 import memory from "./migrations/0014_memory.js"
 import schedules from "./migrations/0015_schedules.js"
+import usageRecords from "./migrations/0016_usage_records.js"
+import keyRotation from "./migrations/0017_key_rotation.js"
+import productionRequests from "./migrations/0018_production_requests.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -40,7 +43,10 @@ export const loader = Migrator.fromRecord({
   "0012_audit_settings": auditSettings,
   "0013_files": files,
   "0014_memory": memory,
-  "0015_schedules": schedules
+  "0015_schedules": schedules,
+  "0016_usage_records": usageRecords,
+  "0017_key_rotation": keyRotation,
+  "0018_production_requests": productionRequests
 })
 
 const migrate = Migrator.make({})

@@ -50,13 +50,23 @@ export const ApiKey = Schema.Struct({
   }),
   prefix: Schema.String.annotations({ description: "The first characters of the secret, for recognising a key" }),
   scopes: Schema.Array(Scope),
-  status: Schema.Literal("active", "revoked"),
+  status: Schema.Literal("active", "revoked", "expired").annotations({
+    description: "active: it authenticates; revoked: revoked (or its user, environment or tenant deleted); expired: " +
+      "its `expires_at` passed (a rotated key, after its grace): requests with it are 401 `key_expired`"
+  }),
   parent_key_id: Nullable(Schema.String),
   service_actor_id: Nullable(Schema.String).annotations({
     description: "The service actor the key acts as: for the first key, the quickstart's stable service actor"
   }),
   created_at: Timestamp,
-  revoked_at: Nullable(Timestamp)
+  revoked_at: Nullable(Timestamp),
+  expires_at: Nullable(Timestamp).annotations({
+    description: "When the key stops working: set when it is rotated (the end of its grace), or when the key it derives " +
+      "from is; null: no expiry"
+  }),
+  rotated_from: Nullable(Schema.String).annotations({
+    description: "The key this one replaced, when a rotation made it"
+  })
 }).annotations({ identifier: "ApiKey" })
 export type ApiKey = typeof ApiKey.Type
 
@@ -68,6 +78,20 @@ export const CreatedApiKey = Schema.Struct({
   })
 }).annotations({ identifier: "CreatedApiKey" })
 export type CreatedApiKey = typeof CreatedApiKey.Type
+
+/** How long a rotated key keeps working (D17): 0..86,400 seconds, 3,600 by default. */
+export const ROTATION_GRACE = { default: 3600, max: 86_400 } as const
+
+export const RotateApiKey = strictBody(
+  Schema.Struct({
+    grace_seconds: Schema.optional(
+      Schema.Int.pipe(Schema.between(0, ROTATION_GRACE.max)).annotations({
+        description: "How long the rotated key keeps working, in seconds (0: it expires at once)",
+        default: ROTATION_GRACE.default
+      })
+    )
+  }).annotations({ identifier: "RotateApiKey" })
+)
 
 export const User = Schema.Struct({
   id: Schema.String,

@@ -21,13 +21,15 @@ export const WEBHOOK_RUN_EVENT_TYPES = ["run.requires_action", ...TERMINAL_EVENT
  * Every event type an endpoint may subscribe to (D18). Events of other resources are enqueued by
  * the transaction that changes them (`WebhooksRepo.enqueue`): an approval expiring, a deletion job
  * succeeding, a schedule disabled because its key was revoked (D15, `schedule.disabled`, in the
- * scheduler's transaction that disables it: src/Schedules/Repo.ts).
+ * scheduler's transaction that disables it: src/Schedules/Repo.ts), an operator's decision on a
+ * production request (D17, `production_request.decided`, to the sandbox's endpoints: src/ProductionRequests.ts).
  */
 export const WEBHOOK_EVENT_TYPES = [
   ...WEBHOOK_RUN_EVENT_TYPES,
   "approval.expired",
   "deletion_job.succeeded",
-  "schedule.disabled"
+  "schedule.disabled",
+  "production_request.decided"
 ] as const
 
 export const WebhookEventType = Schema.Literal(...WEBHOOK_EVENT_TYPES).annotations({

@@ -131,7 +131,7 @@ export const InvalidRequestError = ApiErrorSchema(
   InvalidRequest,
   "Malformed request, failed validation, missing Idempotency-Key, bad cursor, unknown environment name"
 )
-export const AuthenticationError = ApiErrorSchema(AuthenticationFailed, "Missing, unknown or revoked service key")
+export const AuthenticationError = ApiErrorSchema(AuthenticationFailed, "Missing, unknown, revoked or expired service key")
 export const PermissionError = ApiErrorSchema(
   PermissionDenied,
   "The key lacks a scope the operation needs, or the action is outside its management ceiling"

@@ -7,6 +7,11 @@
  *   npm run operator -- approve-pilot pilot_...
  *   npm run operator -- create-key --tenant ten_... --name ci [--scopes users:read,users:write]
  *   npm run operator -- quickstart --tenant ten_... [--environment sandbox]
+ *   npm run operator -- production-requests [--status submitted]
+ *   npm run operator -- production-request preq_...
+ *   npm run operator -- approve-production preq_...
+ *   npm run operator -- reject-production preq_... [--reason "..."]
+ *   npm run operator -- create-key --tenant ten_... --environment production --name live
  */
 import { Args, Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
@@ -77,7 +82,10 @@ const printer = (asJson: boolean) => (value: unknown) => Console.log(asJson ? JS
 const organization = Options.text("organization").pipe(Options.withDescription("Organization name"))
 const email = Options.text("email").pipe(Options.withDescription("Contact email"))
 const tenant = Options.text("tenant").pipe(Options.withDescription("Tenant id (ten_...)"))
-const environment = Options.choice("environment", ["sandbox", "production"]).pipe(Options.withDefault("sandbox" as const))
+const environment = Options.choice("environment", ["sandbox", "production"]).pipe(
+  Options.withDescription("The tenant's environment (production keys are sk_live_...)"),
+  Options.withDefault("sandbox" as const)
+)
 const name = Options.text("name").pipe(Options.withDefault("first key"))
 const scopes = Options.text("scopes").pipe(
   Options.withDescription("Comma-separated scopes; omit for the first key's quickstart abilities"),
@@ -125,6 +133,72 @@ const quickstart = Command.make(
   Command.withDescription("Print the environment's quickstart: service actor, workspace and no-tools agent revision")
 )
 
+// ---- production requests (D17) ------------------------------------------------------------------
+
+const requestId = Args.text({ name: "request-id" }).pipe(Args.withDescription("Production request id (preq_...)"))
+const reason = Options.text("reason").pipe(
+  Options.withDescription("Why; recorded on the request and shown to the tenant"),
+  Options.optional
+)
+const requestPath = (id: string) => `/production-requests/${encodeURIComponent(id)}`
+const decisionBody = (o: { reason: Option.Option<string> }) =>
+  Option.match(o.reason, { onNone: () => ({}), onSome: (r) => ({ reason: r }) })
+
+/** A page of a list: each item as `key: value` lines, a blank line between (or `--json`: the page). */
+const printPage = (asJson: boolean) => (page: { items: ReadonlyArray<unknown>; next_cursor: string | null }) =>
+  asJson
+    ? Console.log(JSON.stringify(page, null, 2))
+    : Console.log(
+      page.items.length === 0 ? "(none)" : page.items.map((item) => readable(item)).join("\n\n") +
+        (page.next_cursor === null ? "" : `\n\n(more: --cursor ${page.next_cursor})`)
+    )
+
+const listProductionRequests = Command.make(
+  "production-requests",
+  {
+    url,
+    json,
+    status: Options.choice("status", ["submitted", "approved", "rejected"]).pipe(
+      Options.withDescription("Only requests of this status (submitted: waiting for a decision)"),
+      Options.optional
+    ),
+    cursor: Options.text("cursor").pipe(Options.withDescription("The next page (the cursor a previous page printed)"), Options.optional)
+  },
+  (o) => {
+    const query = new URLSearchParams()
+    Option.map(o.status, (s) => query.set("status", s))
+    Option.map(o.cursor, (c) => query.set("cursor", c))
+    const search = query.toString() === "" ? "" : `?${query.toString()}`
+    return Effect.flatMap(call(o.url, "GET", `/production-requests${search}`), printPage(o.json))
+  }
+).pipe(Command.withDescription("List production requests, newest first, with their tenants"))
+
+const getProductionRequest = Command.make(
+  "production-request",
+  { url, json, id: requestId },
+  (o) => Effect.flatMap(call(o.url, "GET", requestPath(o.id)), printer(o.json))
+).pipe(Command.withDescription("Show a production request"))
+
+const approveProduction = Command.make(
+  "approve-production",
+  { url, json, id: requestId },
+  (o) =>
+    Effect.gen(function*() {
+      const approved = yield* call(o.url, "POST", `${requestPath(o.id)}/approve`)
+      yield* printer(o.json)(approved)
+      yield* Console.error(
+        `\nThe production environment of ${approved.tenant_id} is ready, without keys. Make one with:\n` +
+          `  npm run operator -- create-key --tenant ${approved.tenant_id} --environment production --name live`
+      )
+    })
+).pipe(Command.withDescription("Approve a production request: provisions the tenant's production environment (no keys)"))
+
+const rejectProduction = Command.make(
+  "reject-production",
+  { url, json, reason, id: requestId },
+  (o) => Effect.flatMap(call(o.url, "POST", `${requestPath(o.id)}/reject`, decisionBody(o)), printer(o.json))
+).pipe(Command.withDescription("Reject a production request; the tenant may submit a new one"))
+
 const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes, json }, (o) =>
   Effect.gen(function*() {
     const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
@@ -160,7 +234,17 @@ const provisionSandbox = Command.make("provision-sandbox", { url, organization, 
 
 const operator = Command.make("operator").pipe(
   Command.withDescription("Agent Platform operator plane"),
-  Command.withSubcommands([provisionSandbox, applyPilot, approvePilot, createKey, quickstart])
+  Command.withSubcommands([
+    provisionSandbox,
+    applyPilot,
+    approvePilot,
+    createKey,
+    quickstart,
+    listProductionRequests,
+    getProductionRequest,
+    approveProduction,
+    rejectProduction
+  ])
 )
 
 const cli = Command.run(operator, { name: "agent-platform operator", version: "0.1.0" })

@@ -3,10 +3,12 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 
 import {
   ApiKey,
+  CreatedApiKey,
   CreateServiceActor,
   CreateUser,
   DeletionJob,
   Environment,
+  RotateApiKey,
   ServiceActor,
   Tenant,
   UpdateActor,
@@ -22,6 +24,19 @@ const keyId = idParam("key_id")
 const userId = idParam("user_id")
 const serviceActorId = idParam("service_actor_id")
 const jobId = idParam("deletion_job_id")
+
+const ROTATION = [
+  "Makes a new key with the same name, kind and scopes (and service actor) as this one, `rotated_from` this key; its",
+  "`secret` is shown once (an idempotent replay shows null). This key keeps working for `grace_seconds` (0 to 86,400;",
+  "3,600 by default; 0: it expires at once): its `expires_at` is set to the end of the grace, and the keys derived from it",
+  "expire with it. After that it is listed `expired` and every request with it is 401 `key_expired`; the runs it created",
+  "end `failed` (`status_reason: authorization_revoked`) before their next step and its schedules are disabled at their",
+  "next due time, as for a revoked key. Actor tokens stay bound to the key that made their session. Only an active key",
+  "that was not rotated yet can be rotated: a revoked or expired key is 409 `key_not_active`; a key already rotated (in",
+  "its grace) is 409 `key_already_rotated` (revoke it to end its grace at once). The key must be within the caller's",
+  "management ceiling (403 `outside_management_ceiling`), as for revoking. Rotating the calling key itself is allowed:",
+  "choose a grace long enough to switch. The body is a JSON object, `{}` for the default grace."
+].join(" ")
 
 export class TenantsApi extends HttpApiGroup.make("tenants")
   .annotate(OpenApi.Description, "The tenant a service key belongs to: read, update and delete it.")
@@ -97,7 +112,7 @@ export class EnvironmentsApi extends HttpApiGroup.make("environments")
 export class ApiKeysApi extends HttpApiGroup.make("api-keys")
   .annotate(
     OpenApi.Description,
-    "The service keys of an environment: read them and revoke them. A key's secret is shown once, when it is made."
+    "The service keys of an environment: read them, rotate them and revoke them. A key's secret is shown once, when it is made."
   )
   .add(
     HttpApiEndpoint.get("listApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys`
@@ -111,6 +126,15 @@ export class ApiKeysApi extends HttpApiGroup.make("api-keys")
       .annotate(OpenApi.Summary, "Get an API key")
       .addSuccess(Single(ApiKey))
       .annotate(RequiredScopes, ["keys:read"])
+  )
+  .add(
+    HttpApiEndpoint.post("rotateApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}/rotate`
+      .annotate(OpenApi.Summary, "Rotate an API key")
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(RotateApiKey)
+      .addSuccess(Single(CreatedApiKey, 201))
+      .annotate(OpenApi.Description, ROTATION)
+      .annotate(RequiredScopes, ["keys:revoke"])
   )
   .add(
     HttpApiEndpoint.post("revokeApiKey")`/v1/tenants/${tenantId}/environments/${environment}/api-keys/${keyId}/revoke`

@@ -1,8 +1,9 @@
 /**
  * Service key authentication (contract part 5). Every request reads the key from Postgres: no
- * cache can serve a revoked key, so revocation is effective on the very next request.
+ * cache can serve a revoked key, so revocation is effective on the very next request. A rotated
+ * key's expiry (D17) is compared with Effect's Clock on the row already read: no other query.
  */
-import { Effect } from "effect"
+import { Clock, Effect } from "effect"
 
 import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
 import type { Principal } from "../Kernel/Principal.js"
@@ -37,6 +38,12 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         ) {
           return yield* new AuthenticationFailed({ code: "key_revoked", message: "This API key has been revoked" })
         }
+        if (row.expires_at !== null && row.expires_at.getTime() <= (yield* Clock.currentTimeMillis)) {
+          return yield* new AuthenticationFailed({
+            code: "key_expired",
+            message: "This API key expired (it was rotated and its grace period ended); use the key that replaced it"
+          })
+        }
         if (row.env_state !== "ready") {
           return yield* new Unavailable({
             code: "environment_not_ready",
@@ -55,8 +62,9 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
 
     /**
      * After a refusal (401): the key the presented secret names, when it names one of an environment
-     * not yet purged — a revoked key, a key of an environment being deleted, or an unknown secret
-     * with a key's display prefix — so the failure is audited there (D16). Otherwise none.
+     * not yet purged — a revoked or expired key, a key of an environment being deleted, or an
+     * unknown secret with a key's display prefix — so the failure is audited there (D16, D19).
+     * Otherwise none.
      */
     const refusedKey = (authorization: string | undefined) =>
       Effect.gen(function*() {

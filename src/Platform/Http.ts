@@ -28,6 +28,7 @@ export const ApiKeysLive = HttpApiBuilder.group(Api, "api-keys", (handlers) =>
     handlers
       .handle("listApiKey", inCell((p, { urlParams }) => platform.listApiKeys(p, urlParams)))
       .handle("getApiKey", inCell((p, { path }) => platform.getApiKey(p, path.key_id)))
+      .handle("rotateApiKey", inCell((p, { path, payload }) => platform.rotateApiKey(p, path.key_id, payload.grace_seconds)))
       .handle("revokeApiKey", inCell((p, { path }) => platform.revokeApiKey(p, path.key_id)))))
 
 export const UsersLive = HttpApiBuilder.group(Api, "users", (handlers) =>

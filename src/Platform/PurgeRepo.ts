@@ -37,6 +37,8 @@ export const CELL_TABLES = [
   "workspaces",
   "service_actors",
   "idempotency_keys",
+  // a tenant's production requests are of its sandbox (D17)
+  "production_requests",
   // the environment's audit log goes with it (D16, D19: nothing of a purged environment is kept)
   "audit_entries"
 ] as const

@@ -13,7 +13,8 @@ import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
 import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
-const API_KEY_COLUMNS = "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at"
+const API_KEY_COLUMNS =
+  "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at, expires_at, rotated_from"
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {
@@ -65,7 +66,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
     // ---- keys ----------------------------------------------------------------------------------
     /** The key a secret's hash names, with its tenant's status and environment's state (authentication). */
     const keyBySecretHash = (hash: Uint8Array) =>
-      sql`SELECT k.id, k.tenant_id, k.environment, k.scopes, k.kind, k.revoked_at,
+      sql`SELECT k.id, k.tenant_id, k.environment, k.scopes, k.kind, k.revoked_at, k.expires_at,
                  t.status AS tenant_status, e.state AS env_state
           FROM api_keys k
           JOIN tenants t ON t.id = k.tenant_id
@@ -111,6 +112,30 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           UPDATE api_keys SET revoked_at = ${at}, revoked_reason = ${reason}
           WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`.pipe(Rows.none)
 
+    /**
+     * Sets `expiresAt` on the key and every key derived from it (recursively) that is not revoked,
+     * unless one already expires earlier.
+     */
+    const expireTree = (id: string, expiresAt: Date) =>
+      sql`WITH RECURSIVE tree AS (
+            SELECT id FROM api_keys WHERE id = ${id}
+            UNION SELECT k.id FROM api_keys k JOIN tree ON k.parent_key_id = tree.id
+          )
+          UPDATE api_keys SET expires_at = LEAST(expires_at, ${expiresAt})
+          WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL`.pipe(Rows.none)
+
+    /**
+     * The successor of a rotated key: a new secret with the old key's name, kind, scopes, service
+     * actor, user and parent, `rotated_from` the old key.
+     */
+    const insertRotatedKey = (k: { id: string; from: string; prefix: string; secretHash: Uint8Array; at: Date }) =>
+      sql`INSERT INTO api_keys (id, tenant_id, environment, name, kind, prefix, secret_hash, scopes, service_actor_id,
+                                user_id, parent_key_id, created_at, rotated_from)
+          SELECT ${k.id}, tenant_id, environment, name, kind, ${k.prefix}, ${k.secretHash}, scopes, service_actor_id,
+                 user_id, parent_key_id, ${k.at}, id
+          FROM api_keys WHERE id = ${k.from}
+          RETURNING ${keyColumns}`.pipe(Rows.single(ApiKeyRow))
+
     const insertApiKey = (k: {
       id: string
       cell: CellRef
@@ -128,14 +153,15 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           RETURNING ${keyColumns}`.pipe(Rows.single(ApiKeyRow))
 
     /**
-     * Whether a run may still act, in one statement: `deleted` when its tenant or environment is
-     * being deleted; `revoked` when the key that created it is revoked, its environment is not
-     * ready, or its acting user (if any) is deleted; else `active`.
+     * Whether a run may still act at `at`, in one statement: `deleted` when its tenant or
+     * environment is being deleted; `revoked` when the key that created it is revoked or expired
+     * (its `expires_at` is not after `at`), its environment is not ready, or its acting user (if
+     * any) is deleted; else `active`.
      */
-    const authorization = (keyId: string, userId: string | null) =>
+    const authorization = (keyId: string, userId: string | null, at: Date) =>
       sql`SELECT CASE
                    WHEN t.status <> 'active' OR e.state IN ('deleting', 'deleted') THEN 'deleted'
-                   WHEN k.revoked_at IS NOT NULL OR e.state <> 'ready' THEN 'revoked'
+                   WHEN k.revoked_at IS NOT NULL OR k.expires_at <= ${at} OR e.state <> 'ready' THEN 'revoked'
                    WHEN ${userId}::text IS NOT NULL AND NOT EXISTS (
                      SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL) THEN 'revoked'
                    ELSE 'active'
@@ -246,6 +272,8 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       apiKey,
       lockApiKey,
       revokeTree,
+      expireTree,
+      insertRotatedKey,
       insertApiKey,
       authorization,
       users,

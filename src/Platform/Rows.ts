@@ -46,7 +46,9 @@ export const ApiKeyRow = Schema.Struct({
   parent_key_id: Schema.NullOr(Schema.String),
   service_actor_id: Schema.NullOr(Schema.String),
   created_at: Rows.Time,
-  revoked_at: Rows.TimeOrNull
+  revoked_at: Rows.TimeOrNull,
+  expires_at: Rows.TimeOrNull,
+  rotated_from: Schema.NullOr(Schema.String)
 })
 export type ApiKeyRow = typeof ApiKeyRow.Type
 
@@ -58,6 +60,7 @@ export const KeyLookupRow = Schema.Struct({
   scopes: Schema.Array(Scope),
   kind: Schema.Literal("quickstart", "console", "derived"),
   revoked_at: Rows.TimeOrNull,
+  expires_at: Rows.TimeOrNull,
   tenant_status: Schema.String,
   env_state: Schema.String
 })
@@ -117,7 +120,18 @@ export const toEnvironment = (r: EnvironmentRow): Environment => ({
   created_at: toIso(r.created_at),
   updated_at: toIso(r.updated_at)
 })
-export const toApiKey = (r: ApiKeyRow): ApiKey => ({
+/**
+ * A key's status at `at` (Effect's Clock): revoked wins over expired. Without `at` (a key just
+ * made, which has no expiry) an expiry is not compared.
+ */
+export const keyStatus = (r: Pick<ApiKeyRow, "revoked_at" | "expires_at">, at?: Date): ApiKey["status"] =>
+  r.revoked_at !== null
+    ? "revoked"
+    : r.expires_at !== null && at !== undefined && r.expires_at.getTime() <= at.getTime()
+    ? "expired"
+    : "active"
+
+export const toApiKey = (r: ApiKeyRow, at?: Date): ApiKey => ({
   id: r.id,
   object: "api_key",
   tenant_id: r.tenant_id,
@@ -126,11 +140,13 @@ export const toApiKey = (r: ApiKeyRow): ApiKey => ({
   kind: r.kind,
   prefix: r.prefix,
   scopes: r.scopes,
-  status: r.revoked_at === null ? "active" : "revoked",
+  status: keyStatus(r, at),
   parent_key_id: r.parent_key_id,
   service_actor_id: r.service_actor_id,
   created_at: toIso(r.created_at),
-  revoked_at: iso(r.revoked_at)
+  revoked_at: iso(r.revoked_at),
+  expires_at: iso(r.expires_at),
+  rotated_from: r.rotated_from
 })
 export const toUser = (r: UserRow): User => ({
   id: r.id,

@@ -292,7 +292,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
 
     // ---- an ambiguous (or interrupted) write: reconcile, never replay ---------------------------
     if (tool.reconciliation_path === null) {
-      return yield* loseOutcome(env, operation.id, "no reconciliation path")
+      return yield* loseOutcome(env, operation, "no reconciliation path")
     }
     const reconcileUrl = reconciliationUrl(tool.base_url, tool.reconciliation_path, operation.id)
     let failures = 0
@@ -315,7 +315,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
         })
       }
       if (answer._tag === "Unknown" && ++failures >= 3) {
-        return yield* loseOutcome(env, operation.id, answer.message)
+        return yield* loseOutcome(env, operation, answer.message)
       }
       // pending (or a failed attempt): ask again, within the run's budget
       yield* Effect.sleep(Duration.seconds(config.tools.reconcilePollSeconds))
@@ -358,14 +358,24 @@ export const reconcileOnce = (
   )
 
 /** The write may have happened and nobody can say: the run ends `outcome_unknown`. */
-export const loseOutcome = (env: Pick<ToolCallEnv, "commit">, operationId: string, message: string) =>
+/**
+ * The run ends `outcome_unknown`: the write was sent, so its `tool_call` usage record (D16) is
+ * written with this commit.
+ */
+export const loseOutcome = (
+  env: Pick<ToolCallEnv, "commit">,
+  operation: { readonly id: string; readonly tool_id: string },
+  message: string
+) =>
   Effect.gen(function*() {
+    const operationId = operation.id
     const operations = yield* OperationsRepo
     const config = yield* AppConfig
     const at = yield* now
     yield* env.commit({
       trigger: Trigger.LoseOutcome({ reason: "write_outcome_unknown" }),
       data: { operation_id: operationId, message },
+      usage: [{ kind: "tool_call", tool_id: operation.tool_id, input_tokens: 0, output_tokens: 0 }],
       also: operations.transition(operationId, { _tag: "LoseOutcome" }, at, {
         nextReconcileAt: new Date(at.getTime() + config.tools.reconcileRetrySeconds * 1000)
       })
@@ -388,6 +398,6 @@ export const endUnfinished = (
     const operations = yield* OperationsRepo
     const approvals = yield* ApprovalsRepo
     const open = yield* operations.unsettled(runId)
-    if (open !== undefined) return yield* Effect.asVoid(loseOutcome({ commit }, open.id, unknownReason))
+    if (open !== undefined) return yield* Effect.asVoid(loseOutcome({ commit }, open, unknownReason))
     yield* commit({ trigger: ending, also: approvals.transition({ runId }, { _tag: "Expire" }, yield* now) })
   })

@@ -6,8 +6,8 @@ import { Api } from "../Api.js"
 import { inCell } from "../Kernel/Policy.js"
 import { UsageReports } from "../Usage.js"
 
-export const UsageLive = HttpApiBuilder.group(
-  Api,
-  "usage",
-  (handlers) => Effect.map(UsageReports, (usage) => handlers.handle("getUsage", inCell((p, { urlParams }) => usage.getUsage(p, urlParams))))
-)
+export const UsageLive = HttpApiBuilder.group(Api, "usage", (handlers) =>
+  Effect.map(UsageReports, (usage) =>
+    handlers
+      .handle("getUsage", inCell((p, { urlParams }) => usage.getUsage(p, urlParams)))
+      .handle("listUsageRecords", inCell((p, { urlParams }) => usage.listRecords(p, urlParams)))))

@@ -1,9 +1,37 @@
-/** Usage read models (D16): buckets computed from usage records and runs, never from counters. */
+/**
+ * SQL of usage (D16): the usage records of a window (a keyset page, newest first) and the usage
+ * buckets computed from them. The records are written by the run store with the step that caused
+ * them (src/Runs/Repo.ts `commitAll`); the table refuses UPDATE, DELETE and TRUNCATE except the
+ * purge's DELETEs (migration 0016). Nothing here reads the runs' counters (`runs.input_tokens`...).
+ */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema, type Types } from "effect"
 
 import * as Rows from "../Database/Rows.js"
-import type { UsageGroupBy, UsageTotals } from "../Domain/Usage.js"
+import { type UsageGroupBy, UsageRecordKind, type UsageTotals } from "../Domain/Usage.js"
+
+export const UsageRecordRow = Schema.Struct({
+  id: Schema.String,
+  run_id: Schema.String,
+  kind: UsageRecordKind,
+  agent_revision_id: Schema.String,
+  model_profile_id: Schema.NullOr(Schema.String),
+  provider: Schema.NullOr(Schema.String),
+  model: Schema.NullOr(Schema.String),
+  tool_id: Schema.NullOr(Schema.String),
+  input_tokens: Rows.Int8,
+  output_tokens: Rows.Int8,
+  created_at: Rows.Time
+})
+export type UsageRecordRow = typeof UsageRecordRow.Type
+
+/** Which records: a cell's, created in [from, to), of one run, of runs in one workspace (the quickstart key's). */
+export interface RecordFilter {
+  readonly from: Date
+  readonly to: Date
+  readonly runId?: string | undefined
+  readonly workspaceId?: string | undefined
+}
 
 const RecordBucketRow = Schema.Struct({
   key: Schema.String,
@@ -18,9 +46,30 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
+    /** A page of the records, newest first (by id, time-ordered): `limit + 1` rows, the caller pages. */
+    const records = (tenantId: string, environment: string, after: string | undefined, limit: number, filter: RecordFilter) =>
+      sql`
+        SELECT u.id, u.run_id, u.kind, u.agent_revision_id, u.model_profile_id, u.provider, u.model, u.tool_id,
+               u.input_tokens, u.output_tokens, u.created_at
+        FROM usage_records u
+        WHERE u.tenant_id = ${tenantId} AND u.environment = ${environment}
+          AND u.created_at >= ${filter.from} AND u.created_at < ${filter.to}
+          ${after === undefined ? sql`` : sql`AND u.id < ${after}`}
+          ${filter.runId === undefined ? sql`` : sql`AND u.run_id = ${filter.runId}`}
+          ${
+        filter.workspaceId === undefined
+          ? sql``
+          : sql`AND EXISTS (SELECT 1 FROM runs r WHERE r.id = u.run_id AND r.workspace_id = ${filter.workspaceId})`
+      }
+        ORDER BY u.id DESC LIMIT ${limit + 1}`.pipe(Rows.all(UsageRecordRow))
+
     /**
-     * Usage buckets (D16) from usage records and runs (never from counters): records created in
-     * [from, to) and runs admitted in [from, to), grouped by day, agent revision or model profile.
+     * Usage buckets (D16), grouped by UTC day, agent revision or model profile (a tool call's
+     * record, which names no profile, counts under its revision's). Model calls, tool calls and
+     * tokens: exactly the sums of the records created in [from, to), as `records` lists them. Runs
+     * and run seconds: the runs admitted in [from, to) and their `started_at`/`completed_at`, each
+     * written once by the run's state machine (no record stands for a run, and a run that never
+     * reached its model still counts). Never the runs' counters.
      */
     const buckets = (
       tenantId: string,
@@ -42,7 +91,7 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
           ? sql`r.agent_revision_id`
           : sql`rv.model_profile_id`
         const inWorkspace = workspaceId === undefined ? sql`TRUE` : sql`r.workspace_id = ${workspaceId}`
-        const records = yield* sql`
+        const recordSums = yield* sql`
           SELECT ${recordKey} AS key,
                  count(*) FILTER (WHERE u.kind = 'model_call') AS model_calls,
                  count(*) FILTER (WHERE u.kind = 'tool_call') AS tool_calls,
@@ -56,7 +105,7 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
           GROUP BY 1`.pipe(Rows.all(RecordBucketRow))
         const runs = yield* sql`
           SELECT ${runKey} AS key, count(*) AS runs,
-                 COALESCE(sum(EXTRACT(EPOCH FROM (COALESCE(r.completed_at, ${to}) - r.started_at)))
+                 COALESCE(sum(GREATEST(0, EXTRACT(EPOCH FROM (COALESCE(r.completed_at, ${to}) - r.started_at))))
                    FILTER (WHERE r.started_at IS NOT NULL), 0) AS run_seconds
           FROM runs r
           JOIN agent_revisions rv ON rv.id = r.agent_revision_id
@@ -69,7 +118,7 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
           if (!b) buckets.set(key, b = { runs: 0, model_calls: 0, input_tokens: 0, output_tokens: 0, tool_calls: 0, run_seconds: 0 })
           return b
         }
-        for (const r of records) {
+        for (const r of recordSums) {
           const b = bucket(r.key)
           b.model_calls = r.model_calls
           b.tool_calls = r.tool_calls
@@ -86,6 +135,6 @@ export class UsageRepo extends Effect.Service<UsageRepo>()("UsageRepo", {
           .map(([key, totals]) => ({ key, totals }))
       })
 
-    return { buckets } as const
+    return { records, buckets } as const
   })
 }) {}

@@ -3,10 +3,14 @@
  * fresh databases dropped with their scope, and the `pg` driver. Loads nothing of the platform, so
  * suites of code that stands alone (the tool server SDK) use it too.
  */
-import { Effect } from "effect"
+import { SqlClient } from "@effect/sql"
+import { PgClient as EffectPgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { createRequire } from "node:module"
 import { inject } from "vitest"
+
+import { killAllChildren } from "./Server.js"
 
 // `pg` ships no type declarations: the slice used here.
 interface PgClient {
@@ -39,3 +43,17 @@ export const freshDatabase = Effect.acquireRelease(
   }),
   ({ name }) => Effect.promise(() => admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))).pipe(Effect.ignore)
 )
+
+/**
+ * A crash round's setup: a fresh database for child processes, a SQL client on it (2 connections)
+ * to check what they committed, and every child killed when the scope closes.
+ */
+export const childDatabase = Effect.gen(function*() {
+  const db = yield* freshDatabase
+  yield* Effect.addFinalizer(() => Effect.promise(killAllChildren))
+  const sql = Context.get(
+    yield* Layer.build(EffectPgClient.layer({ url: Redacted.make(db.url), maxConnections: 2 }).pipe(Layer.orDie)),
+    SqlClient.SqlClient
+  )
+  return { db, sql }
+})

@@ -6,9 +6,7 @@
  * it is killed, so a test's afterEach (`killAllChildren`) leaves nothing running even when the test
  * failed half-way. The child uses DATABASE_URL (no embedded Postgres), so it works as root too.
  */
-import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
@@ -16,8 +14,6 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-
-import { freshDatabase } from "./Database.js"
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 
@@ -156,17 +152,3 @@ export const callChild = (base: string, method: string, path: string, token: str
     }
     return { status: res.status, json, text }
   })
-
-/**
- * A crash round's setup: a fresh database for child processes, a SQL client on it (2 connections)
- * to check what they committed, and every child killed when the scope closes.
- */
-export const childDatabase = Effect.gen(function*() {
-  const db = yield* freshDatabase
-  yield* Effect.addFinalizer(() => Effect.promise(killAllChildren))
-  const sql = Context.get(
-    yield* Layer.build(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 2 }).pipe(Layer.orDie)),
-    SqlClient.SqlClient
-  )
-  return { db, sql }
-})
