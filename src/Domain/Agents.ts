@@ -6,6 +6,7 @@ import { RefString, SingleLine } from "../Kernel/Strings.js"
 import { strictBody } from "../Kernel/Body.js"
 
 import { Timestamp } from "../Kernel/Ids.js"
+import { filenameProblem, isMediaType } from "./Files.js"
 
 // ---------------------------------------------------------------------------------------------
 // The `scripted` provider's settings (D12): `settings.steps`, each model call takes the next step,
@@ -38,14 +39,21 @@ export const ScriptedSleepStep = Schema.Struct({
 
 export const ScriptedFileStep = Schema.Struct({
   type: Schema.Literal("file"),
-  filename: SingleLine.pipe(
-    Schema.minLength(1),
-    Schema.maxLength(255),
-    Schema.filter((name) => !/[/\\]/.test(name), { message: () => "must not contain / or \\" })
+  filename: Schema.String.pipe(
+    Schema.filter((name) => filenameProblem(name) ?? true, {
+      jsonSchema: { minLength: 1, maxLength: 255, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F/\\\\]*$" }
+    })
   ),
   content: Schema.String.annotations({ description: "The file's text (stored as UTF-8)" }),
   content_type: Schema.optional(
-    SingleLine.pipe(Schema.pattern(/^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(;.*)?$/))
+    Schema.String.pipe(
+      Schema.filter((type) => isMediaType(type) || "must be a media type (type/subtype)", {
+        jsonSchema: {
+          maxLength: 255,
+          pattern: "^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(\\s*;\\s*[^\\u0000-\\u001F\\u007F]*)?$"
+        }
+      })
+    )
   ).annotations({ description: "Its media type; `text/plain; charset=utf-8` when omitted" })
 }).annotations({
   identifier: "ScriptedFileStep",

@@ -8,6 +8,7 @@ import { Schema } from "effect"
 
 import { ListParams } from "../Kernel/Cursor.js"
 import { Timestamp } from "../Kernel/Ids.js"
+import { FORBIDDEN_IN_TEXT, MAX_JSON_DEPTH } from "../Kernel/Strings.js"
 
 /** A key: 1..128 of `[A-Za-z0-9._:-]` (namespace with `:` or `.`; no `/`). */
 export const KEY_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/
@@ -25,10 +26,8 @@ export const serialised = (value: unknown): { readonly json: string; readonly by
   return { json, bytes: Buffer.byteLength(json, "utf8") }
 }
 
-/** What a value's strings and keys may not hold (D19, free text): C0 controls but tab, LF and CR; a lone surrogate. */
-const FORBIDDEN_IN_TEXT = /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|\p{Cs}/u
 /** How deep a value may nest (D19: the value itself is level 1). */
-const MAX_DEPTH = 64
+const MAX_DEPTH = MAX_JSON_DEPTH
 
 /**
  * Why an agent's value cannot be stored, or undefined: a string or key holding what a request body

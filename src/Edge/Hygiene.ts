@@ -21,8 +21,7 @@ import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
 
 import { InvalidRequest } from "../Kernel/Errors.js"
-
-export const MAX_JSON_DEPTH = 64
+import { FORBIDDEN_IN_TEXT, MAX_JSON_DEPTH } from "../Kernel/Strings.js"
 
 const tooLarge = (limit: number) =>
   new InvalidRequest({
@@ -30,8 +29,6 @@ const tooLarge = (limit: number) =>
     message: `The request body is larger than ${limit} bytes`
   })
 
-/** Control characters a JSON string may not hold: C0 but tab, LF and CR; or a lone surrogate. */
-const FORBIDDEN_IN_TEXT = /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|\p{Cs}/u
 /** What a path segment or query value may not hold: any control character (C0, DEL, C1) or a lone surrogate. */
 const FORBIDDEN_IN_LINE = /[\u0000-\u001F\u007F-\u009F]|\p{Cs}/u
 

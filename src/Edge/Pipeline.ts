@@ -53,8 +53,6 @@ import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
 import { preparedUpload } from "./Uploads.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
-/** Operations whose body is a multipart file upload (src/Edge/Uploads.ts). */
-const UPLOADS = new Set(["uploadFile"])
 /** Headers a handler set that are part of the response a replay gives again (D5, D7). */
 const REPLAYED_HEADERS = ["location", "preference-applied"] as const
 
@@ -338,7 +336,7 @@ const guarded = <E, R>(
     }
 
     // An upload's staged file lives until its transaction is over (the handler copies it into the database).
-    const staged = UPLOADS.has(trail.action) ? yield* Scope.make() : undefined
+    const staged = trail.route.multipart === true ? yield* Scope.make() : undefined
     const release = staged === undefined ? Effect.void : Scope.close(staged, Exit.void)
     const { fingerprint, scope } = yield* prepared(request, state, principal, staged).pipe(
       // refused before its transaction: its audit entry on its own

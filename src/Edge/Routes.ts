@@ -10,7 +10,8 @@
  * Matching is the router's: segment by segment, and where two routes differ first, the static
  * segment wins over a parameter.
  */
-import { HttpApi } from "@effect/platform"
+import { HttpApi, HttpApiSchema } from "@effect/platform"
+import { Option } from "effect"
 
 import { Api } from "../Api.js"
 
@@ -20,6 +21,8 @@ export interface Route {
   /** a static segment, or null for a parameter (its name in `params`) */
   readonly segments: ReadonlyArray<string | null>
   readonly params: ReadonlyArray<string | undefined>
+  /** its body is a `multipart/form-data` upload (the payload schema is HttpApiSchema.Multipart) */
+  readonly multipart?: boolean
 }
 
 export type RouteMatch =
@@ -43,7 +46,8 @@ export const routesOf = (api: HttpApi.HttpApi.Any, extra: ReadonlyArray<Route> =
   HttpApi.reflect(api as any, {
     onGroup: () => undefined,
     onEndpoint: ({ endpoint }) => {
-      routes.push(route(endpoint.method, endpoint.path, endpoint.name))
+      const multipart = Option.exists(endpoint.payloadSchema, (s) => HttpApiSchema.getMultipart(s.ast) !== undefined)
+      routes.push({ ...route(endpoint.method, endpoint.path, endpoint.name), multipart })
     }
   })
   return routes

@@ -10,13 +10,13 @@ import { createHash } from "node:crypto"
 import { createReadStream } from "node:fs"
 
 import { type HttpServerRequest, Multipart } from "@effect/platform"
-import { Duration, Effect, Scope } from "effect"
+import { Duration, Effect, Option, Scope } from "effect"
 
-import { MAX_FILE_BYTES, UPLOAD_LIMITS, UPLOAD_SLACK } from "../Domain/Files.js"
+import { MAX_FILE_BYTES, UPLOAD_LIMITS } from "../Domain/Files.js"
 import { InvalidRequest } from "../Kernel/Errors.js"
 import { linger } from "./Hygiene.js"
 
-const MAX_BODY = MAX_FILE_BYTES + 2 * UPLOAD_SLACK
+const MAX_BODY = Option.getOrThrow(UPLOAD_LIMITS.maxTotalSize)
 
 const tooLarge = () =>
   new InvalidRequest({

@@ -138,6 +138,8 @@ export const run = (runId: string, options: ActorOptions) =>
           wakeAt: (at) => options.wakeAt(runId, at),
           memory
         }
+        // The input's files are the run's own user message's: read once per run, not per model call.
+        let inputs: ReadonlyMap<string, Uint8Array> | undefined
         for (let i = 0; i < budgets.maxSteps; i++) {
           const ending = checked && i === 0 ? undefined : yield* unauthorized(row)
           if (ending !== undefined) {
@@ -165,7 +167,7 @@ export const run = (runId: string, options: ActorOptions) =>
             instructions: agent.instructions,
             tools: definitions,
             conversation: decoded.right,
-            files: yield* RunFiles.inputFiles(row, decoded.right),
+            files: inputs ??= yield* RunFiles.inputFiles(row, decoded.right),
             runId
           }).pipe(
             Effect.retry({
