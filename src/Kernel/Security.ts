@@ -24,3 +24,13 @@ export class ServiceKey extends HttpApiMiddleware.Tag<ServiceKey>()("ServiceKey"
     )
   }
 }) {}
+
+/** The operator plane's bearer token (D1): `/operator/v1` only, never accepted on `/v1`. */
+export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
+  failure: AuthenticationError,
+  security: {
+    OperatorToken: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "The operator token (OPERATOR_TOKEN); only for /operator/v1")
+    )
+  }
+}) {}

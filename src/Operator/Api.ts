@@ -1,5 +1,5 @@
 /** The operator plane (D1): `/operator/v1`, bearer OPERATOR_TOKEN, never accepted on /v1. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 
 import { CellStats } from "../Cells/Protocol.js"
@@ -7,17 +7,8 @@ import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotAppro
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Run } from "../Domain/Runs.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
-import { AuthenticationError } from "../Kernel/Errors.js"
 import { environment, idParam, tenantId } from "../Kernel/Params.js"
-
-export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("OperatorAuth", {
-  failure: AuthenticationError,
-  security: {
-    OperatorToken: HttpApiSecurity.bearer.pipe(
-      HttpApiSecurity.annotate(OpenApi.Description, "The operator token (OPERATOR_TOKEN); only for /operator/v1")
-    )
-  }
-}) {}
+import { OperatorAuth } from "../Kernel/Security.js"
 
 const id = idParam("id")
 const runId = idParam("run_id")

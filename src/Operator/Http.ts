@@ -3,10 +3,10 @@ import { Effect, Layer, Redacted } from "effect"
 
 import { Api } from "../Api.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
+import { OperatorAuth } from "../Kernel/Security.js"
 import { Operator } from "../Operator.js"
 import { Tools } from "../Tools.js"
 import { SigningKeys } from "../Tools/Signing.js"
-import { OperatorAuth } from "./Api.js"
 import { OperatorToken } from "./Token.js"
 
 export const OperatorAuthLive = Layer.effect(

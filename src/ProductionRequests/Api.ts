@@ -16,8 +16,7 @@ import {
 import { ListParams } from "../Kernel/Cursor.js"
 import { Single } from "../Kernel/Envelope.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
-import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
-import { OperatorAuth } from "../Operator/Api.js"
+import { OperatorAuth, RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
 const id = idParam("id")
 
