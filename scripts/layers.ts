@@ -32,6 +32,7 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Approvals",
       "Runs",
       "Usage",
+      "Quotas",
       "Audit",
       "Webhooks",
       "Schedules",

@@ -25,6 +25,7 @@ import { MemoryApi } from "./Memory/Api.js"
 import { OperatorApi } from "./Operator/Api.js"
 import { ApiKeysApi, EnvironmentsApi, ServiceActorsApi, TenantsApi, UsersApi } from "./Platform/Api.js"
 import { OperatorProductionRequestsApi, ProductionRequestsApi } from "./ProductionRequests/Api.js"
+import { OperatorQuotasApi, QuotasApi } from "./Quotas/Api.js"
 import { ConversationsApi, EventsApi, RunsApi } from "./Runs/Api.js"
 import { SchedulesApi } from "./Schedules/Api.js"
 import { SystemApi } from "./System/Api.js"
@@ -46,6 +47,7 @@ const base = HttpApi.make("agent-platform")
   .add(RunsApi)
   .add(EventsApi)
   .add(UsageApi)
+  .add(QuotasApi)
   .add(ConnectionsApi)
   .add(KeySetApi)
   .add(ApprovalsApi)
@@ -61,6 +63,7 @@ const base = HttpApi.make("agent-platform")
   .add(SystemApi)
   .add(OperatorApi)
   .add(OperatorProductionRequestsApi)
+  .add(OperatorQuotasApi)
 
 export class Api extends base
   .addError(InvalidRequestError)

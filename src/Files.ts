@@ -22,6 +22,7 @@ import { invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
+import { quotaExceeded } from "./Quotas/Exceeded.js"
 
 export interface Upload {
   readonly file: Multipart.PersistedFile
@@ -70,7 +71,8 @@ export class Files extends Effect.Service<Files>()("Files", {
         return { bytes, sha256: hash.digest("hex") }
       })
 
-    const upload = (p: Principal, { file, purpose }: Upload) =>
+    /** An upload: refused with 429 `quota_exceeded` when its bytes do not fit the cell's `storage_bytes` quota. */
+    const upload = (p: Principal, { file, purpose }: Upload, storageLimit: number) =>
       Effect.gen(function*() {
         const problem = filenameProblem(file.name)
         if (problem !== undefined) return yield* invalid("invalid_filename", `The file's name ${problem}`, "file")
@@ -94,7 +96,9 @@ export class Files extends Effect.Service<Files>()("Files", {
           run_id: null,
           created_at: yield* now
         }
-        yield* repo.insert({ ...row, created_by_key_id: p.keyId })
+        if (!(yield* repo.insert({ ...row, created_by_key_id: p.keyId }, storageLimit))) {
+          return yield* quotaExceeded("storage_bytes", storageLimit, row.created_at)
+        }
         return toFile(row)
       })
 
@@ -110,6 +114,7 @@ export class Files extends Effect.Service<Files>()("Files", {
         for (let i = 0, index = 0; i < data.length; i += FILE_CHUNK_BYTES, index++) {
           yield* repo.insertChunk(file.id, index, data.subarray(i, i + FILE_CHUNK_BYTES))
         }
+        // counted in the cell's stored bytes, never refused: the run's step already happened
         yield* repo.insert({
           id: file.id,
           tenant_id: run.tenant_id,
@@ -176,7 +181,7 @@ export class Files extends Effect.Service<Files>()("Files", {
       })
 
     return {
-      upload: (p: Principal, payload: Upload) => dieOnSqlError(upload(p, payload)),
+      upload: (p: Principal, payload: Upload, storageLimit: number) => dieOnSqlError(upload(p, payload, storageLimit)),
       produce,
       get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.file(p, id), found), toFile)),
       list: (p: CellRef, params: FileListParams) =>

@@ -39,6 +39,8 @@ import { Deletions } from "./Platform/Deletions.js"
 import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLive } from "./Platform/Http.js"
 import { ProductionRequests } from "./ProductionRequests.js"
 import { OperatorProductionRequestsLive, ProductionRequestsLive } from "./ProductionRequests/Http.js"
+import { Quotas } from "./Quotas.js"
+import { OperatorQuotasLive, QuotasLive } from "./Quotas/Http.js"
 import { Runs } from "./Runs.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { ConversationsLive, EventsLive, RunsLive } from "./Runs/Http.js"
@@ -75,6 +77,7 @@ const GroupsLive = Layer.mergeAll(
   RunsLive,
   EventsLive,
   UsageLive,
+  QuotasLive,
   ConnectionsLive,
   KeySetLive,
   ApprovalsLive,
@@ -89,7 +92,8 @@ const GroupsLive = Layer.mergeAll(
   ProductionRequestsLive,
   SystemLive,
   OperatorLive,
-  OperatorProductionRequestsLive
+  OperatorProductionRequestsLive,
+  OperatorQuotasLive
 )
 
 export const ApiLive = HttpApiBuilder.api(Api).pipe(
@@ -124,7 +128,8 @@ export const ServicesLive = Layer.mergeAll(
   Schedules.Default,
   Files.Default,
   Memory.Default,
-  ProductionRequests.Default
+  ProductionRequests.Default,
+  Quotas.Default
 ).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
 
 /**

@@ -10,7 +10,7 @@ import { Clock, Duration, Effect, Option, Queue, Schema, Stream } from "effect"
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
 import { Cells } from "./Cells/Cells.js"
-import { CancelRun, OpenStream, StartRun } from "./Cells/Protocol.js"
+import { CancelRun, GetQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { type CreateRun, type Run, type RunEvent } from "./Domain/Runs.js"
@@ -21,6 +21,7 @@ import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { afterCommit, continueAfterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
 import { Platform } from "./Platform.js"
+import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { terminalRunResponse } from "./Runs/Api.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
@@ -155,7 +156,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)
         const authorizationExpires = new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
-        const queuedEvent = yield* repo.admit({
+        const limits = yield* cells.send(p, new GetQuotaLimits())
+        const admission = yield* repo.admit({
           id,
           tenant_id: p.tenantId,
           environment: p.environment,
@@ -169,14 +171,16 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           start_deadline_at: startDeadline,
           authorization_expires_at: authorizationExpires,
           item
-        })
-        if (Option.isNone(queuedEvent)) {
+        }, limits)
+        if (admission._tag === "ConversationBusy") {
           return yield* new Conflict({
             code: "conversation_busy",
             message: "This conversation already has a run that is not finished; wait for it or cancel it",
             param: "conversation_id"
           })
         }
+        // 429: the request's transaction rolls back, the run written by the admission with it
+        if (admission._tag === "OverQuota") return yield* quotaExceeded(admission.quota, limits[admission.quota], at)
         // The run as admitted (its actor will move it on; GET shows the latest).
         return yield* admitted(p, {
           id,
@@ -196,7 +200,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           start_deadline_at: toIso(startDeadline),
           execution_deadline_at: null,
           authorization_expires_at: toIso(authorizationExpires),
-          last_event_id: queuedEvent.value
+          last_event_id: admission.eventId
         }, prefer)
       })
 

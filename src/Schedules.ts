@@ -13,11 +13,12 @@
  * `schedule.disabled` webhook event in the same transaction.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Either, Option } from "effect"
+import { Clock, Data, Effect, Either } from "effect"
 
 import { Agents } from "./Agents.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError, isDatabaseUnavailable } from "./Database/Defects.js"
+import type { QuotaName } from "./Domain/Quotas.js"
 import { AUTHORIZATION_REVOKED, type CreateSchedule, type ScheduleStatus, type UpdateSchedule } from "./Domain/Schedules.js"
 import { Files } from "./Files.js"
 import * as Cursor from "./Kernel/Cursor.js"
@@ -25,6 +26,7 @@ import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { Platform } from "./Platform.js"
+import { QuotasRepo } from "./Quotas/Repo.js"
 import { admittedInput } from "./Runs/Input.js"
 import { RunStore } from "./Runs/RunStore.js"
 import * as Cron from "./Schedules/Cron.js"
@@ -39,6 +41,9 @@ export type Firing =
   | { readonly _tag: "Disabled"; readonly scheduleId: string }
   | { readonly _tag: "Advanced"; readonly scheduleId: string }
 
+/** A scheduled time's run had no room in a quota: its savepoint rolls back. */
+class OverQuota extends Data.TaggedError("OverQuota")<{ readonly quota: QuotaName }> {}
+
 export class Schedules extends Effect.Service<Schedules>()("Schedules", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -49,6 +54,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
     const webhooks = yield* WebhooksRepo
     const config = yield* AppConfig
     const files = yield* Files
+    const quotas = yield* QuotasRepo
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** The cron in its zone, or 400 naming the field at fault. */
@@ -180,33 +186,44 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
           return undefined
         }
         const runId = yield* makeId("run")
-        if (!(yield* repo.claimFiring({ scheduleId: row.id, scheduledAt, cell, runId, at }))) return undefined
-        const conversation = yield* runs.insertConversation({
-          id: yield* makeId("conv"),
-          tenant_id: row.tenant_id,
-          environment: row.environment,
-          workspace_id: row.workspace_id,
-          agent_revision_id: row.agent_revision_id,
-          created_by_key_id: row.created_by_key_id
-        })
-        const queued = yield* runs.admit({
-          id: runId,
-          tenant_id: row.tenant_id,
-          environment: row.environment,
-          workspace_id: row.workspace_id,
-          conversation_id: conversation.id,
-          agent_revision_id: row.agent_revision_id,
-          key_id: row.created_by_key_id,
-          user_id: null,
-          input: row.input,
-          item: item.right,
-          created_at: at,
-          start_deadline_at: new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000),
-          authorization_expires_at: new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
-        })
-        // A new conversation has no other run: admission cannot be refused.
-        if (Option.isNone(queued)) return yield* Effect.dieMessage("a scheduled run was refused admission in its new conversation")
-        return { _tag: "Fired", cell, scheduleId: row.id, runId, scheduledAt } as const
+        const limits = yield* quotas.limits(cell, config.quotas[cell.environment])
+        // In a savepoint: a quota without room undoes the firing's claim and its run (that time starts none).
+        const fired = yield* sql.withTransaction(Effect.gen(function*() {
+          if (!(yield* repo.claimFiring({ scheduleId: row.id, scheduledAt, cell, runId, at }))) return undefined
+          const conversation = yield* runs.insertConversation({
+            id: yield* makeId("conv"),
+            tenant_id: row.tenant_id,
+            environment: row.environment,
+            workspace_id: row.workspace_id,
+            agent_revision_id: row.agent_revision_id,
+            created_by_key_id: row.created_by_key_id
+          })
+          const admission = yield* runs.admit({
+            id: runId,
+            tenant_id: row.tenant_id,
+            environment: row.environment,
+            workspace_id: row.workspace_id,
+            conversation_id: conversation.id,
+            agent_revision_id: row.agent_revision_id,
+            key_id: row.created_by_key_id,
+            user_id: null,
+            input: row.input,
+            item: item.right,
+            created_at: at,
+            start_deadline_at: new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000),
+            authorization_expires_at: new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
+          }, limits)
+          if (admission._tag === "OverQuota") return yield* new OverQuota({ quota: admission.quota })
+          // A new conversation has no other run: admission cannot be refused.
+          if (admission._tag === "ConversationBusy") {
+            return yield* Effect.dieMessage("a scheduled run was refused admission in its new conversation")
+          }
+          return { _tag: "Fired", cell, scheduleId: row.id, runId, scheduledAt } as const
+        })).pipe(
+          Effect.catchTag("OverQuota", ({ quota }) =>
+            Effect.as(Effect.logWarning(`a scheduled time started no run: the environment's ${quota} quota has no room`), undefined))
+        )
+        return fired
       })
 
     /**
@@ -272,5 +289,5 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
       nextDue: dieOnSqlError(repo.nextDue)
     } as const
   }),
-  dependencies: [SchedulesRepo.Default, Agents.Default, Platform.Default, WebhooksRepo.Default, Files.Default]
+  dependencies: [SchedulesRepo.Default, Agents.Default, Platform.Default, WebhooksRepo.Default, Files.Default, QuotasRepo.Default]
 }) {}

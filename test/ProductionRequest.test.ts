@@ -8,21 +8,16 @@
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFile } from "node:child_process"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 
-import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
+import { defaultQuotaDefaults } from "../src/Config/QuotaDefaults.js"
+import { makeTestApp } from "./support/App.js"
+import { cli, CLI_COMMANDS } from "./support/Cli.js"
 import { operator, request } from "./support/Client.js"
 import { expectError, expectErrorCode, expectList, expectSingle } from "./support/Envelopes.js"
 import { agentFixture, isTerminal, RUN_SCOPES, sandboxWithKey, scriptedProfile } from "./support/Sandboxes.js"
 import { eventually } from "./support/Waiting.js"
 import { startReceiver, verify } from "./support/WebhookReceiver.js"
 import { waitFor, WEBHOOK_SCOPES, webhookSettings } from "./support/WebhookSandbox.js"
-
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 
 const BODY = { use_case: "Support agent for our customers", expected_monthly_runs: 5000, contact_email: "ops@acme.test" }
 const ENVIRONMENT_SCOPES = ["environments:read", "environments:write"]
@@ -39,26 +34,6 @@ const productionEnvironments = (tenantId: string) =>
         Effect.map(([row]) => row!.n)
       )
   )
-
-/** The operator CLI as a script runs it: plain output (not a terminal), against the test's service. */
-const cli = (args: ReadonlyArray<string>) =>
-  Effect.flatMap(TestApp, (app) =>
-    Effect.promise(() =>
-      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-        const env: NodeJS.ProcessEnv = {
-          ...process.env,
-          OPERATOR_URL: app.baseUrl,
-          OPERATOR_TOKEN,
-          DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), "cli-production-"))
-        }
-        execFile(
-          process.execPath,
-          ["--import", "tsx", "src/Operator/Cli.ts", ...args],
-          { cwd: repoRoot, env, timeout: 60_000 },
-          (error, stdout, stderr) => resolve({ code: error ? Number((error as any).code ?? 1) : 0, stdout, stderr })
-        )
-      })
-    ))
 
 layer(makeTestApp(webhookSettings()), { excludeTestServices: true, timeout: "120 seconds" })("the production request (D17)", (it) => {
   it.effect("request -> approval -> production ready without keys -> an operator's sk_live_ key runs a scripted run", () =>
@@ -164,6 +139,11 @@ layer(makeTestApp(webhookSettings()), { excludeTestServices: true, timeout: "120
         (r) => isTerminal(r.status)
       )
       expect(ended.status).toBe("succeeded")
+      // production has the large quota defaults (D16), the run counted against them
+      const quotas = yield* operator("GET", `/tenants/${sb.tenantId}/environments/production/quotas`)
+      expect(quotas.body.items.map((q: any) => [q.name, q.limit])).toEqual(Object.entries(defaultQuotaDefaults.production))
+      expect(quotas.body.items[0]).toMatchObject({ name: "runs_per_day", used: 1 })
+      expect(defaultQuotaDefaults.production.runs_per_day).toBeGreaterThan(defaultQuotaDefaults.sandbox.runs_per_day)
       // the sandbox's key cannot reach production
       expectErrorCode(yield* request("GET", `${prodP}/runs/${run.id}`, { key: sb.key }), 404, "resource_missing")
 
@@ -246,7 +226,7 @@ layer(makeTestApp(webhookSettings()), { excludeTestServices: true, timeout: "120
       ], { concurrency: "unbounded" })
 
       expect(help.code, help.stderr).toBe(0)
-      for (const command of ["production-requests", "production-request", "approve-production", "reject-production"]) {
+      for (const command of CLI_COMMANDS) {
         const line = help.stdout.split("\n").find((l) => l.includes(`- ${command} `))
         expect(line, command).toMatch(/\S\s{2,}[A-Z][a-z]+\W/) // usage, then its description
       }

@@ -22,6 +22,7 @@ import { Memory } from "../src/Memory.js"
 import { StepEngine } from "../src/Models/StepEngine.js"
 import { Platform } from "../src/Platform.js"
 import { PlatformRepo } from "../src/Platform/Repo.js"
+import { QuotasRepo } from "../src/Quotas/Repo.js"
 import { RunStore } from "../src/Runs/RunStore.js"
 import { RunStoreMemory } from "../src/Runs/RunStoreMemory.js"
 import { CellsWithoutDependencies } from "../src/Runtime/CellsLive.js"
@@ -82,6 +83,7 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
     ),
     Layer.provide(makeTestLayer(Platform)({ authorization: () => Ref.get(world.authorized) })),
     Layer.provide(makeTestLayer(PlatformRepo)({ nextCellGeneration: () => Effect.succeed(1) })),
+    Layer.provide(makeTestLayer(QuotasRepo)({ limits: (_, defaults) => Effect.succeed(defaults) })),
     Layer.provide(makeTestLayer(Tools)({ toolRows: (ids) => Effect.succeed(ids.length === 0 ? [] : [lookupTool]) })),
     Layer.provide(
       makeTestLayer(ApprovalsRepo)({
@@ -132,7 +134,7 @@ const startRun = (world: World, steps: ReadonlyArray<ScriptedStep>, at: CellId =
       created_at: new Date(now),
       start_deadline_at: new Date(now + config.runs.startDeadlineSeconds * 1000),
       authorization_expires_at: new Date(now + config.runs.authorizationSeconds * 1000)
-    })
+    }, config.quotas[at.environment])
     yield* (yield* Cells).send(at, new StartRun({ runId: id }))
     return id
   })

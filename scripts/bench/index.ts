@@ -10,6 +10,7 @@
  * 2. Event commit -> SSE frame latency with 1,000 open streams vs a bare node:http SSE fan-out.
  * 3. A scripted run with `Prefer: wait=10` (p50) vs a bare node:http JSON round trip.
  * 4. An events page read near the end of a 100,000-event run vs a 10-event run.
+ * 5. Run admission with quotas on vs off (scripts/bench/quotas.ts).
  *
  * The service runs in this process with the cell rate limit and the stream limits raised (the
  * benchmarks measure the runtime, not the limiter; the limits have their own tests).
@@ -28,6 +29,7 @@ import { DatabaseLive } from "../../src/Database/Client.js"
 import { ServerLive } from "../../src/Edge/Server.js"
 import { HttpLive } from "../../src/Http.js"
 import { forEachRunEvent } from "../lib/RunEvents.js"
+import { quotaAdmission } from "./quotas.js"
 
 const SCALE = Number(process.env.BENCH_SCALE ?? 1)
 const OPERATOR = "op_bench_operator_token_0123456789"
@@ -340,6 +342,18 @@ const program = Effect.gen(function*() {
   if (want("4")) {
     console.log("4. events page reads")
     yield* pageReads(base, cells[CELLS - 2]!, sql)
+  }
+  if (want("5")) {
+    console.log("5. admission, quotas on vs off")
+    const conversations = (count: number) =>
+      Effect.promise(() =>
+        Promise.all(cells.map(async (c) => {
+          const ids: Array<string> = []
+          for (let i = 0; i < count; i++) ids.push(await conversation(base, c, c.textRevision))
+          return ids
+        }))
+      )
+    yield* quotaAdmission(conversations, Math.max(5, Math.round(40 * SCALE)), report)
   }
   console.log(`\n| benchmark | figure | baseline | ratio | target | met |\n|---|---|---|---|---|---|`)
   for (const r of rows) console.log(`| ${r.join(" | ")} |`)

@@ -5,6 +5,7 @@
  */
 import { Schema } from "effect"
 
+import { type QuotaLimits } from "../Domain/Quotas.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 
 export const CellId = Schema.Struct({ tenantId: Schema.String, environment: EnvironmentName })
@@ -56,6 +57,15 @@ export type OpenStreamReply = typeof OpenStreamReply.Type
 /** Release a slot taken by OpenStream. */
 export class CloseStream extends Schema.TaggedClass<CloseStream>()("CloseStream", { actorId: Schema.String }) {}
 
+/**
+ * The cell's quota limits (D16), held beside its rate limiter: an admission (a run, an upload)
+ * counts against them in its own statement (src/Quotas/Repo.ts).
+ */
+export class GetQuotaLimits extends Schema.TaggedClass<GetQuotaLimits>()("GetQuotaLimits", {}) {}
+
+/** An operator changed a limit of the cell: read them again. */
+export class ReloadQuotaLimits extends Schema.TaggedClass<ReloadQuotaLimits>()("ReloadQuotaLimits", {}) {}
+
 /** What the cell holds now (operators; tests of "no fiber while waiting"). */
 export class GetCellStats extends Schema.TaggedClass<GetCellStats>()("GetCellStats", {}) {}
 export const CellStats = Schema.Struct({
@@ -77,6 +87,8 @@ export const CellCommand = Schema.Union(
   EndRuns,
   OpenStream,
   CloseStream,
+  GetQuotaLimits,
+  ReloadQuotaLimits,
   GetCellStats
 )
 export type CellCommand = typeof CellCommand.Type
@@ -89,6 +101,8 @@ export interface CellReplies {
   readonly EndRuns: void
   readonly OpenStream: OpenStreamReply
   readonly CloseStream: void
+  readonly GetQuotaLimits: QuotaLimits
+  readonly ReloadQuotaLimits: void
   readonly GetCellStats: CellStats
 }
 export type ReplyOf<C extends CellCommand> = CellReplies[C["_tag"]]

@@ -4,6 +4,8 @@
  */
 import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
 
+import { defaultQuotaDefaults, type QuotaDefaults, quotaDefaultsConfig } from "./QuotaDefaults.js"
+
 /**
  * `SECRETS_KEY`: 32 bytes as 64 hex characters or as base64 (standard or url-safe). Returns the
  * key bytes, or a message saying what is wrong (never the value).
@@ -98,6 +100,8 @@ export interface AppConfigShape {
   readonly webhooks: WebhookConfig
   /** schedules (D15): the scheduler's longest sleep (it wakes at the earliest next_run_at, at most this much later) */
   readonly schedules: ScheduleConfig
+  /** quotas (D16): the limits of an environment no operator has set, per environment kind */
+  readonly quotas: QuotaDefaults
 }
 
 export interface ScheduleConfig {
@@ -320,7 +324,8 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     }),
     schedules: Config.all({
       pollMillis: bounded("SCHEDULER_POLL_MILLIS", 1000, 60_000)
-    })
+    }),
+    quotas: quotaDefaultsConfig
   })
 
   static readonly layer = Layer.effect(AppConfig, AppConfig.config)
@@ -347,6 +352,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     edge: defaultEdgeConfig,
     webhooks: defaultWebhookConfig,
     schedules: defaultScheduleConfig,
+    quotas: defaultQuotaDefaults,
     ...overrides
   })
 }

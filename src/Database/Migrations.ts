@@ -24,6 +24,7 @@ import schedules from "./migrations/0015_schedules.js"
 import usageRecords from "./migrations/0016_usage_records.js"
 import keyRotation from "./migrations/0017_key_rotation.js"
 import productionRequests from "./migrations/0018_production_requests.js"
+import quotas from "./migrations/0019_quotas.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -46,7 +47,8 @@ export const loader = Migrator.fromRecord({
   "0015_schedules": schedules,
   "0016_usage_records": usageRecords,
   "0017_key_rotation": keyRotation,
-  "0018_production_requests": productionRequests
+  "0018_production_requests": productionRequests,
+  "0019_quotas": quotas
 })
 
 const migrate = Migrator.make({})

@@ -47,7 +47,9 @@ export class FilesApi extends HttpApiGroup.make("files")
         "`multipart/form-data` with `file` (one file part) and `purpose`. Exactly 25 MiB (26,214,400 bytes) is accepted; " +
           "one byte more is 400 `file_too_large`, checked while the body streams in; an empty file is 400 `file_empty`. " +
           "Idempotent like every mutation: the same Idempotency-Key with the same bytes, name, type and purpose replays " +
-          "the answer; with different bytes it is 409 `idempotency_key_reused`. This request body is the API's one " +
+          "the answer; with different bytes it is 409 `idempotency_key_reused`. A file that does not fit the " +
+          "environment's `storage_bytes` quota (the bytes of its files, run outputs included) is 429 `quota_exceeded` " +
+          "(`Retry-After: 60`; room comes from deleted files or a raised limit). This request body is the API's one " +
           "exception to JSON bodies."
       )
       .annotate(Refusals, [

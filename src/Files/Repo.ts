@@ -10,6 +10,7 @@ import * as Rows from "../Database/Rows.js"
 import { type FileObject, FilePurpose } from "../Domain/Files.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { countStorage, releaseStorage } from "../Quotas/Repo.js"
 
 /** The size of one stored slice of a file's bytes (the last one may be shorter). */
 export const FILE_CHUNK_BYTES = 512 * 1024
@@ -49,11 +50,18 @@ export class FilesRepo extends Effect.Service<FilesRepo>()("FilesRepo", {
     const sql = yield* SqlClient.SqlClient
     const cols = sql.literal(columns)
 
-    const insert = (row: FileRow & { readonly created_by_key_id: string | null }) =>
-      sql`INSERT INTO files (id, tenant_id, environment, filename, content_type, bytes, sha256, purpose, run_id,
+    /**
+     * The file's row, its bytes counted in the cell's stored bytes; with `storageLimit` (an upload)
+     * only while they fit within it: false, and nothing written, when they do not.
+     */
+    const insert = (row: FileRow & { readonly created_by_key_id: string | null }, storageLimit?: number) =>
+      sql`WITH counted AS (${countStorage(sql, { tenantId: row.tenant_id, environment: row.environment }, row.bytes, storageLimit)})
+          INSERT INTO files (id, tenant_id, environment, filename, content_type, bytes, sha256, purpose, run_id,
             created_by_key_id, created_at)
-          VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.filename}, ${row.content_type}, ${row.bytes},
-            ${row.sha256}, ${row.purpose}, ${row.run_id}, ${row.created_by_key_id}, ${row.created_at})`.pipe(Rows.none)
+          SELECT ${row.id}, ${row.tenant_id}, ${row.environment}, ${row.filename}, ${row.content_type}, ${row.bytes},
+            ${row.sha256}, ${row.purpose}, ${row.run_id}, ${row.created_by_key_id}, ${row.created_at}
+          WHERE EXISTS (SELECT 1 FROM counted)
+          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
 
     const insertChunk = (fileId: string, index: number, data: Uint8Array) =>
       sql`INSERT INTO file_chunks (file_id, index, data) VALUES (${fileId}, ${index}, ${data})`.pipe(Rows.none)
@@ -73,9 +81,13 @@ export class FilesRepo extends Effect.Service<FilesRepo>()("FilesRepo", {
           ${after === undefined ? sql`` : sql`AND id < ${after}`}
           ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(FileRow))
 
+    /** Deletes the file (its chunks cascade) and gives its bytes back to the cell's stored bytes. */
     const remove = (cell: CellRef, id: string) =>
-      sql`DELETE FROM files WHERE id = ${id} AND tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
-          RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
+      sql`WITH deleted AS (
+            DELETE FROM files WHERE id = ${id} AND tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
+            RETURNING id, bytes
+          ), released AS (${releaseStorage(sql, cell, sql`deleted`)})
+          SELECT id FROM deleted`.pipe(Effect.map((rows) => rows.length > 0))
 
     /** `length` bytes of chunk `index` from byte `offset` within it (Postgres reads only those TOAST pages). */
     const slice = (fileId: string, index: number, offset: number, length: number) =>

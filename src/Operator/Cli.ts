@@ -12,72 +12,24 @@
  *   npm run operator -- approve-production preq_...
  *   npm run operator -- reject-production preq_... [--reason "..."]
  *   npm run operator -- create-key --tenant ten_... --environment production --name live
+ *   npm run operator -- pilot-application pilot_...
+ *   npm run operator -- review-connection conn_... --decision approve
+ *   npm run operator -- rotate-signing-key --tenant ten_... [--environment production]
+ *   npm run operator -- quotas --tenant ten_... [--environment production]
+ *   npm run operator -- set-quota --tenant ten_... runs_per_day 50000
+ *   npm run operator -- run --tenant ten_... run_...
+ *   npm run operator -- cell --tenant ten_...
+ *
+ * Every command has `--help`; `--json` prints the answer as JSON for scripts; off a terminal the
+ * output is plain text.
  */
 import { Args, Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Option } from "effect"
 
-import { dataDirOf, serviceUrl, writeSandboxFile } from "./LocalFiles.js"
-import { readTokenFile } from "./Token.js"
-
-const url = Options.text("url").pipe(
-  Options.withDescription(
-    "Base URL of the running server (default: OPERATOR_URL, else the service running on DATA_DIR (its service.json), else http://127.0.0.1:$PORT)"
-  ),
-  Options.optional
-)
-
-class CliError extends Error {}
-
-const rootOf = (base: Option.Option<string>) => serviceUrl(Option.getOrUndefined(base) ?? process.env.OPERATOR_URL)
-
-const call = (base: Option.Option<string>, method: string, path: string, body?: unknown) =>
-  Effect.gen(function*() {
-    const root = rootOf(base)
-    const envToken = process.env.OPERATOR_TOKEN
-    const token = envToken && envToken.length > 0
-      ? envToken
-      : Option.getOrElse(yield* readTokenFile(dataDirOf()), () => "")
-    if (token === "") {
-      return yield* Effect.fail(new CliError("No operator token: set OPERATOR_TOKEN or DATA_DIR (where the server stored operator-token)"))
-    }
-    const res = yield* Effect.tryPromise({
-      try: () =>
-        fetch(`${root}/operator/v1${path}`, {
-          method,
-          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-        }),
-      catch: (e) => new CliError(`Cannot reach ${root}: ${String(e)}`)
-    })
-    const json = yield* Effect.promise(() => res.json().catch(() => ({})))
-    if (!res.ok) {
-      return yield* Effect.fail(new CliError(`${method} ${path} -> ${res.status}: ${JSON.stringify(json)}`))
-    }
-    return json as any
-  })
-
-const json = Options.boolean("json").pipe(Options.withDescription("Print the answer as JSON (for scripts)"))
-
-const isScalar = (v: unknown) => v === null || typeof v !== "object"
-const scalar = (v: unknown) => (typeof v === "string" ? v : JSON.stringify(v))
-
-/**
- * `key: value` lines, nested objects indented, a list of plain values on one line separated by
- * commas (what a person reads); `--json`: the JSON itself.
- */
-const readable = (value: unknown, indent = ""): string =>
-  value !== null && typeof value === "object"
-    ? Object.entries(value).map(([k, v]) =>
-      Array.isArray(v) && v.every(isScalar)
-        ? `${indent}${k}: ${v.map(scalar).join(", ")}`
-        : v !== null && typeof v === "object" && Object.keys(v).length > 0
-        ? `${indent}${k}:\n${readable(v, `${indent}  `)}`
-        : `${indent}${k}: ${scalar(v)}`
-    ).join("\n")
-    : `${indent}${String(value)}`
-
-const printer = (asJson: boolean) => (value: unknown) => Console.log(asJson ? JSON.stringify(value, null, 2) : readable(value))
+import { QUOTA_NAMES } from "../Domain/Quotas.js"
+import { call, CliError, json, plain, plainOf, printer, printPage, rootOf, url } from "./CliSupport.js"
+import { dataDirOf, writeSandboxFile } from "./LocalFiles.js"
 
 const organization = Options.text("organization").pipe(Options.withDescription("Organization name"))
 const email = Options.text("email").pipe(Options.withDescription("Contact email"))
@@ -144,15 +96,6 @@ const requestPath = (id: string) => `/production-requests/${encodeURIComponent(i
 const decisionBody = (o: { reason: Option.Option<string> }) =>
   Option.match(o.reason, { onNone: () => ({}), onSome: (r) => ({ reason: r }) })
 
-/** A page of a list: each item as `key: value` lines, a blank line between (or `--json`: the page). */
-const printPage = (asJson: boolean) => (page: { items: ReadonlyArray<unknown>; next_cursor: string | null }) =>
-  asJson
-    ? Console.log(JSON.stringify(page, null, 2))
-    : Console.log(
-      page.items.length === 0 ? "(none)" : page.items.map((item) => readable(item)).join("\n\n") +
-        (page.next_cursor === null ? "" : `\n\n(more: --cursor ${page.next_cursor})`)
-    )
-
 const listProductionRequests = Command.make(
   "production-requests",
   {
@@ -199,6 +142,81 @@ const rejectProduction = Command.make(
   (o) => Effect.flatMap(call(o.url, "POST", `${requestPath(o.id)}/reject`, decisionBody(o)), printer(o.json))
 ).pipe(Command.withDescription("Reject a production request; the tenant may submit a new one"))
 
+// ---- pilots, connections, signing keys, runs and cells (D1, D10, D17) ------------------------------
+
+const getPilot = Command.make(
+  "pilot-application",
+  { url, json, id: Args.text({ name: "application-id" }).pipe(Args.withDescription("Pilot application id (pilot_...)")) },
+  (o) => Effect.flatMap(call(o.url, "GET", `/pilot-applications/${encodeURIComponent(o.id)}`), printer(o.json))
+).pipe(Command.withDescription("Show a pilot application and its status"))
+
+const reviewConnection = Command.make(
+  "review-connection",
+  {
+    url,
+    json,
+    decision: Options.choice("decision", ["approve", "reject"]).pipe(
+      Options.withDescription("approve: its operations become tools the tenant can use; reject: they do not")
+    ),
+    id: Args.text({ name: "connection-id" }).pipe(Args.withDescription("Connection id (conn_...)"))
+  },
+  (o) =>
+    Effect.flatMap(
+      call(o.url, "POST", `/connections/${encodeURIComponent(o.id)}/review`, { decision: o.decision }),
+      printer(o.json)
+    )
+).pipe(Command.withDescription("Review a tenant's connection (its OpenAPI operations): approve or reject; prints the connection"))
+
+const cellPath = (o: { tenant: string; environment: string }) => `/tenants/${encodeURIComponent(o.tenant)}/environments/${o.environment}`
+
+const rotateSigningKey = Command.make(
+  "rotate-signing-key",
+  { url, json, tenant, environment },
+  (o) => Effect.flatMap(call(o.url, "POST", `${cellPath(o)}/signing-keys/rotate`), printer(o.json))
+).pipe(
+  Command.withDescription(
+    "Rotate the environment's tool-invocation signing key: new tokens are signed with a new key; the retired key stays in " +
+      "the public key set until retired_publish_until"
+  )
+)
+
+const getRun = Command.make(
+  "run",
+  { url, json, tenant, environment, id: Args.text({ name: "run-id" }).pipe(Args.withDescription("Run id (run_...)")) },
+  (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/runs/${encodeURIComponent(o.id)}`), printer(o.json))
+).pipe(Command.withDescription("Show any run of a tenant's environment (support; a deleted environment's until its purge)"))
+
+const cellStats = Command.make(
+  "cell",
+  { url, json, tenant, environment },
+  (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/cell`), printer(o.json))
+).pipe(Command.withDescription("Show what the environment's cell holds now: generation, running and parked runs, open streams"))
+
+// ---- quotas (D16) --------------------------------------------------------------------------------
+
+const quotas = Command.make(
+  "quotas",
+  { url, json, tenant, environment },
+  (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/quotas`), printPage(o.json))
+).pipe(Command.withDescription("List the environment's quotas: name, limit, used, window, resets_at"))
+
+const setQuota = Command.make(
+  "set-quota",
+  {
+    url,
+    json,
+    tenant,
+    environment,
+    name: Args.choice(QUOTA_NAMES.map((n) => [n, n] as const), { name: "quota" }).pipe(
+      Args.withDescription(`The quota: ${QUOTA_NAMES.join(", ")}`)
+    ),
+    limit: Args.integer({ name: "limit" }).pipe(
+      Args.withDescription("The new limit, a whole number from 0 (nothing more is admitted); applies to the next admission or upload")
+    )
+  },
+  (o) => Effect.flatMap(call(o.url, "PUT", `${cellPath(o)}/quotas/${o.name}`, { limit: o.limit }), printer(o.json))
+).pipe(Command.withDescription("Set a quota's limit for a tenant's environment; prints the quota"))
+
 const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes, json }, (o) =>
   Effect.gen(function*() {
     const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
@@ -243,26 +261,18 @@ const operator = Command.make("operator").pipe(
     listProductionRequests,
     getProductionRequest,
     approveProduction,
-    rejectProduction
+    rejectProduction,
+    getPilot,
+    reviewConnection,
+    rotateSigningKey,
+    quotas,
+    setQuota,
+    getRun,
+    cellStats
   ])
 )
 
 const cli = Command.run(operator, { name: "agent-platform operator", version: "0.1.0" })
-
-/** Off a terminal (piped, redirected) or with NO_COLOR, output is plain text: no ANSI escapes. */
-const plain = !process.stdout.isTTY || (process.env.NO_COLOR ?? "") !== ""
-const ANSI = /\x1b\[[0-9;]*m/g
-const unstyled = (args: ReadonlyArray<unknown>) => args.map((a) => (typeof a === "string" ? a.replace(ANSI, "") : a))
-const plainOf = (current: Console.Console): Console.Console => ({
-  ...current,
-  log: (...args) => current.log(...unstyled(args)),
-  error: (...args) => current.error(...unstyled(args)),
-  unsafe: {
-    ...current.unsafe,
-    log: (...args) => current.unsafe.log(...unstyled(args)),
-    error: (...args) => current.unsafe.error(...unstyled(args))
-  }
-})
 
 cli(process.argv).pipe(
   (program) => (plain ? Console.consoleWith((current) => Console.withConsole(program, plainOf(current))) : program),

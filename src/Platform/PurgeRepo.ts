@@ -39,6 +39,9 @@ export const CELL_TABLES = [
   "idempotency_keys",
   // a tenant's production requests are of its sandbox (D17)
   "production_requests",
+  // its quotas' limits and counters (D16)
+  "quota_limits",
+  "quota_usage",
   // the environment's audit log goes with it (D16, D19: nothing of a purged environment is kept)
   "audit_entries"
 ] as const

@@ -84,7 +84,11 @@ export class RunsApi extends HttpApiGroup.make("runs")
       .annotate(
         OpenApi.Description,
         "Admits a run: it is durably stored before 202 (with `Location`) is returned, and " +
-          "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`)."
+          "continues if the client disconnects. One unfinished run per conversation (409 `conversation_busy`). " +
+          "Counted against the environment's quotas (`GET .../quotas`) in the admission's own statement: past " +
+          "`runs_per_day`, `concurrent_runs` or `tokens_per_day` it is 429 `quota_exceeded` with `Retry-After` (until " +
+          "midnight UTC for a daily quota, 1 s for `concurrent_runs`), nothing is written and the same Idempotency-Key " +
+          "may be retried."
       )
       .annotate(Refusals, [
         {

@@ -3,19 +3,44 @@
  * run's row (`FOR UPDATE`), so the run actor and a cancel request are serialised; admission is one
  * statement.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Clock, Effect, Either, Layer, Option, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
+import { exhausted, type QuotaLimits, RUN_QUOTAS } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
 import { afterCommit } from "../Kernel/RequestContext.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
+import { countAdmission, countRunCommit, usedNow } from "../Quotas/Repo.js"
 import { plan } from "./Commit.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
+
+/**
+ * The admission's one statement: the run (none when the conversation has an unfinished one), then
+ * `counting` (a CTE body reading the `run` CTE: the quota count, which returns a row when the run
+ * fits), then the run's first event. Answers `admitted` and `counted` (0 or 1 each).
+ */
+export const admissionStatement = (sql: SqlClient.SqlClient, row: Admission, eventId: string, counting: Statement.Fragment) =>
+  sql`
+    WITH run AS (
+      INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
+                        status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
+      VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
+              ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+              ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
+      ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
+      DO NOTHING
+      RETURNING id
+    ), counted AS (${counting}
+    ), event AS (
+      INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
+      SELECT id, 1, ${eventId}, 'run.queued', ${JSON.stringify({ status: "queued" })}::jsonb, ${row.created_at} FROM run
+    )
+    SELECT (SELECT count(*) FROM run) AS admitted, (SELECT count(*) FROM counted) AS counted`
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -48,25 +73,24 @@ const make = Effect.gen(function*() {
    * position is read by a statement of its own, whose snapshot sees them (in the run's statement,
    * it was read from before the wait and collided with them: 500 on `conversation_items_pkey`).
    */
-  const admit = (row: Admission) =>
+  const admit = (row: Admission, limits: QuotaLimits) =>
     Effect.gen(function*() {
       const eventId = yield* makeId("evt")
-      const { admitted } = yield* sql`
-        WITH run AS (
-          INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
-                            status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
-          VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-                  ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
-                  ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
-          ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
-          DO NOTHING
-          RETURNING id
-        ), event AS (
-          INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
-          SELECT id, 1, ${eventId}, 'run.queued', ${JSON.stringify({ status: "queued" })}::jsonb, ${row.created_at} FROM run
-        )
-        SELECT count(*) AS admitted FROM run`.pipe(Rows.single(Schema.Struct({ admitted: Rows.Int8 })))
-      if (admitted !== 1) return Option.none()
+      const cell = { tenantId: row.tenant_id, environment: row.environment }
+      // The run first, then its count against the quotas: the run's insert may wait for the
+      // transaction of the conversation's open run, and that run's commit takes the counters' row
+      // lock (ending the run frees a place): taking it before the wait could deadlock.
+      const { admitted, counted } = yield* admissionStatement(
+        sql,
+        row,
+        eventId,
+        countAdmission(sql, cell, limits, row.created_at, sql`run`)
+      ).pipe(Rows.single(Schema.Struct({ admitted: Rows.Int8, counted: Rows.Int8 })))
+      if (admitted !== 1) return { _tag: "ConversationBusy" } as const
+      if (counted !== 1) {
+        const used = yield* usedNow(sql, cell, row.created_at)
+        return { _tag: "OverQuota", quota: exhausted(RUN_QUOTAS, limits, used) ?? "concurrent_runs" } as const
+      }
       yield* sql`
         INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
         SELECT ${row.conversation_id}, COALESCE(MAX(position), 0) + 1, ${row.id}, ${JSON.stringify(row.item)}::jsonb,
@@ -74,7 +98,7 @@ const make = Effect.gen(function*() {
         FROM conversation_items WHERE conversation_id = ${row.conversation_id}`
       // Counted once the request's transaction committed (admission runs inside it).
       yield* afterCommit(recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]))
-      return Option.some(eventId)
+      return { _tag: "Admitted", eventId } as const
     })
 
   const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
@@ -109,7 +133,16 @@ const make = Effect.gen(function*() {
                    VALUES (${runId}, ${e.sequence}, ${id}, ${e.type}, ${JSON.stringify(e.data)}::jsonb, ${at})`
         events.push({ id, run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
       }
+      // The quota counters (D16) in the same statement: a run that ended frees its place, a model call's tokens count.
+      const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
+      const tokens = p.added.inputTokens + p.added.outputTokens
+      const counting = ended || tokens > 0
+        ? sql`WITH counted AS (${
+          countRunCommit(sql, { tenantId: locked.tenant_id, environment: locked.environment }, { ended, tokens }, at)
+        })`
+        : sql``
       yield* sql`
+        ${counting}
         UPDATE runs SET
           status = ${p.status},
           status_reason = ${p.reason},

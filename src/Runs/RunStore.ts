@@ -15,6 +15,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, type Effect, type Either, type Option, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
+import type { QuotaLimits, QuotaName } from "../Domain/Quotas.js"
 import type { Conversation, InputContent, Run, RunEvent, TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
@@ -123,6 +124,15 @@ export interface Admission {
   readonly authorization_expires_at: Date
 }
 
+/**
+ * How an admission ended. `OverQuota`: a quota of the cell (D16) had no room; the run was written
+ * in the caller's transaction all the same, which must now roll back (the request answers 429).
+ */
+export type Admitted =
+  | { readonly _tag: "Admitted"; readonly eventId: string }
+  | { readonly _tag: "ConversationBusy" }
+  | { readonly _tag: "OverQuota"; readonly quota: QuotaName }
+
 export interface RunStoreShape {
   readonly conversation: (tenantId: string, environment: string, id: string) => Effect.Effect<Option.Option<ConversationRow>, SqlError>
   readonly insertConversation: (
@@ -130,8 +140,11 @@ export interface RunStoreShape {
   ) => Effect.Effect<ConversationRow, SqlError>
   readonly run: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   readonly runOfCell: (tenantId: string, environment: string, id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
-  /** Admits a run atomically; the id of its `run.queued` event, or none when the conversation has a non-terminal run. */
-  readonly admit: (admission: Admission) => Effect.Effect<Option.Option<string>, SqlError>
+  /**
+   * Admits a run atomically, counting it against the cell's quotas `limits` in the same statement:
+   * the id of its `run.queued` event; the conversation has a non-terminal run; or a quota is used up.
+   */
+  readonly admit: (admission: Admission, limits: QuotaLimits) => Effect.Effect<Admitted, SqlError>
   /**
    * Applies the commits in order, atomically. `Left` when the state machine refuses one of them in
    * the run's state (then nothing is written).

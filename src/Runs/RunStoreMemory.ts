@@ -2,10 +2,12 @@
  * The run store in memory: the same contract as the Postgres store (src/Runs/RunStore.ts), for
  * unit tests of the run actor that run in milliseconds on TestClock. Commits are serialised by a
  * one-permit semaphore (the row lock's stand-in) and planned by the same pure `plan`; a commit's
- * `also` writes run before anything is applied, so a failing one leaves the run as it was.
+ * `also` writes run before anything is applied, so a failing one leaves the run as it was. Quotas
+ * are counted from what it holds, under the same lock.
  */
 import { Clock, Effect, Either, Layer, Option } from "effect"
 
+import { exhausted, type QuotaLimits, type QuotaUsed, RUN_QUOTAS, utcDay } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
 import { plan } from "./Commit.js"
@@ -33,6 +35,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
   const positions = new Map<string, { run_id: string; sequence: number }>()
   const items = new Map<string, Array<unknown>>()
   const usage: Array<UsageRecordInput & { run_id: string }> = []
+  const tokensByDay = new Map<string, number>()
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
   const addEvent = (row: EventRow) => {
@@ -47,10 +50,24 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
     items.set(conversationId, list)
   }
 
-  const admit = (a: Admission) =>
+  /** The cell's quota counters, counted from what the store holds (tokens by the day of their commit). */
+  const usedBy = (a: Admission): QuotaUsed => {
+    const day = utcDay(a.created_at)
+    const mine = [...runs.values()].filter((r) => r.tenant_id === a.tenant_id && r.environment === a.environment)
+    return {
+      runs_per_day: mine.filter((r) => utcDay(r.created_at) === day).length,
+      concurrent_runs: mine.filter((r) => !RunState.isTerminal(r.status)).length,
+      tokens_per_day: tokensByDay.get(`${a.tenant_id}/${a.environment}/${day}`) ?? 0,
+      storage_bytes: 0
+    }
+  }
+
+  const admit = (a: Admission, limits: QuotaLimits) =>
     lock.withPermits(1)(Effect.gen(function*() {
       const busy = [...runs.values()].some((r) => r.conversation_id === a.conversation_id && !RunState.isTerminal(r.status))
-      if (busy) return Option.none<string>()
+      if (busy) return { _tag: "ConversationBusy" } as const
+      const over = exhausted(RUN_QUOTAS, limits, usedBy(a))
+      if (over !== undefined) return { _tag: "OverQuota", quota: over } as const
       const eventId = yield* makeId("evt")
       runs.set(a.id, {
         id: a.id,
@@ -81,7 +98,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       })
       addEvent({ id: eventId, run_id: a.id, sequence: 1, type: "run.queued", data: { status: "queued" }, created_at: a.created_at })
       addItems(a.conversation_id, [a.item])
-      return Option.some(eventId)
+      return { _tag: "Admitted", eventId } as const
     }))
 
   const commitAll = (runId: string, commits: ReadonlyArray<Commit>) =>
@@ -117,6 +134,8 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       })
       addItems(locked.conversation_id, p.items)
       for (const u of p.usage) usage.push({ ...u, run_id: runId })
+      const tokensKey = `${locked.tenant_id}/${locked.environment}/${utcDay(at)}`
+      tokensByDay.set(tokensKey, (tokensByDay.get(tokensKey) ?? 0) + p.added.inputTokens + p.added.outputTokens)
       return Either.right({ status: p.status, events: written as ReadonlyArray<EventRow> })
     }))
 

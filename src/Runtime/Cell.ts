@@ -1,6 +1,6 @@
 /**
- * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter, its
- * generation, its run actors (a FiberMap keyed by run id, each supervised: a defect restarts that
+ * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter, its quota
+ * limits, its generation, its run actors (a FiberMap keyed by run id, each supervised: a defect restarts that
  * actor from the database with backoff, never the cell), its execution slots and its SSE stream
  * counts. Commands are processed through `handle`; everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
@@ -9,6 +9,7 @@ import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "
 
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
+import type { QuotaLimits } from "../Domain/Quotas.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
 import type { ActorOptions } from "./RunActor.js"
@@ -26,6 +27,8 @@ export interface CellOptions {
   /** A new durable generation for the cell (each restore in some process gets the next one). */
   readonly nextGeneration: (id: CellId) => Effect.Effect<number>
   readonly rateLimit: RateLimiter.RateLimitPolicy
+  /** The cell's quota limits (D16): the operator's, else the defaults of its environment kind. */
+  readonly quotaLimits: (id: CellId) => Effect.Effect<QuotaLimits>
   readonly runs: RunConfig
   /** The run actor (its services provided): drives one run from the database. */
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
@@ -45,6 +48,7 @@ export const make = (id: CellId, options: CellOptions) =>
     const generation = yield* options.nextGeneration(id)
     yield* activeInScope(cellsActive)
     const limiter = yield* RateLimiter.make(options.rateLimit)
+    const quotaLimits = yield* Ref.make(yield* options.quotaLimits(id))
     const policy = RateLimiter.policyHeader(options.rateLimit)
     const lastUsed = yield* Ref.make(yield* Clock.currentTimeMillis)
     const actors = yield* FiberMap.make<string>()
@@ -127,6 +131,10 @@ export const make = (id: CellId, options: CellOptions) =>
             return Effect.sync(() => openStream(command.actorId))
           case "CloseStream":
             return Effect.sync(() => closeStream(command.actorId))
+          case "GetQuotaLimits":
+            return Ref.get(quotaLimits)
+          case "ReloadQuotaLimits":
+            return Effect.flatMap(options.quotaLimits(id), (limits) => Ref.set(quotaLimits, limits))
           case "GetCellStats":
             return Effect.map(FiberMap.size(actors), (running) => ({
               generation,

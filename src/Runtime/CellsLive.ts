@@ -18,6 +18,7 @@ import { StepEngine } from "../Models/StepEngine.js"
 import { withoutParentSpan } from "../Observability/Tracing.js"
 import { Platform } from "../Platform.js"
 import { PlatformRepo } from "../Platform/Repo.js"
+import { QuotasRepo } from "../Quotas/Repo.js"
 import { RunStore } from "../Runs/RunStore.js"
 import { Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
@@ -34,6 +35,7 @@ interface Entry {
 const make = Effect.gen(function*() {
   const config = yield* AppConfig
   const platform = yield* PlatformRepo
+  const quotas = yield* QuotasRepo
   const parent = yield* Effect.scope
   const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
   const repo = yield* RunStore
@@ -50,6 +52,7 @@ const make = Effect.gen(function*() {
   const options: Cell.CellOptions = {
     nextGeneration: (id) => Effect.orDie(platform.nextCellGeneration(id)),
     rateLimit: config.rateLimit,
+    quotaLimits: (id) => Effect.orDie(quotas.limits(id, config.quotas[id.environment])),
     runs: config.runs,
     runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
@@ -161,6 +164,7 @@ export const CellsLive = CellsWithoutDependencies.pipe(
     Agents.Default,
     Platform.Default,
     PlatformRepo.Default,
+    QuotasRepo.Default,
     Tools.Default,
     OperationsRepo.Default,
     ApprovalsRepo.Default,

@@ -1,0 +1,30 @@
+/** The answer past an exhausted quota (D16): 429 `quota_exceeded` with `Retry-After`. */
+import { Effect } from "effect"
+
+import { nextUtcMidnight, type QuotaName, retryAfterSeconds } from "../Domain/Quotas.js"
+import { RateLimited } from "../Kernel/Errors.js"
+import { setResponseHeader } from "../Kernel/RequestContext.js"
+
+const why = (name: QuotaName, limit: number, at: Date): string => {
+  switch (name) {
+    case "runs_per_day":
+      return `This environment admitted ${limit} runs today, its runs_per_day quota; it admits runs again at ${
+        nextUtcMidnight(at).toISOString()
+      }`
+    case "tokens_per_day":
+      return `Today's model calls of this environment used its tokens_per_day quota (${limit} tokens); it admits runs again at ${
+        nextUtcMidnight(at).toISOString()
+      }`
+    case "concurrent_runs":
+      return `This environment has ${limit} runs that have not finished, its concurrent_runs quota; retry once one has finished`
+    case "storage_bytes":
+      return `The file does not fit this environment's storage_bytes quota (${limit} bytes); delete files, or ask the operator to raise it`
+  }
+}
+
+/** Fails the request with 429 `quota_exceeded`, `Retry-After` the seconds until the quota has room again. */
+export const quotaExceeded = (name: QuotaName, limit: number, at: Date): Effect.Effect<never, RateLimited> =>
+  Effect.zipRight(
+    setResponseHeader("retry-after", String(retryAfterSeconds(name, at))),
+    Effect.fail(new RateLimited({ code: "quota_exceeded", message: why(name, limit, at) }))
+  )
