@@ -54,10 +54,18 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} AND state NOT IN ('deleting', 'deleted')
           RETURNING id`.pipe(Rows.maybe(Schema.Struct({ id: Schema.String })), Effect.map((r) => r?.id))
 
-    /** A new cell generation (each start of the environment's cell in some process): the new value. */
+    /**
+     * A new cell generation (each start of the environment's cell in some process): the new value.
+     * The row is locked `FOR UPDATE` first, which waits for the commits of run actors in flight
+     * (they hold it `FOR KEY SHARE`, RunStore `commitAll`'s fence): once this commits, a commit of
+     * the previous generation is refused.
+     */
     const nextCellGeneration = (cell: CellRef) =>
-      sql`UPDATE environments SET cell_generation = cell_generation + 1
-          WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment}
+      sql`WITH locked AS (
+            SELECT 1 FROM environments WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} FOR UPDATE
+          )
+          UPDATE environments SET cell_generation = cell_generation + 1
+          WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} AND EXISTS (SELECT 1 FROM locked)
           RETURNING cell_generation`.pipe(
         Rows.maybe(Schema.Struct({ cell_generation: Schema.Number })),
         Effect.map((r) => r?.cell_generation ?? 0)

@@ -18,6 +18,7 @@ import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStor
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
+const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
 
 /**
  * The admission's one statement: the run (none when the conversation has an unfinished one), then
@@ -118,9 +119,33 @@ const make = Effect.gen(function*() {
       }`
     })
 
-  const commitAll = (runId: string, commits: ReadonlyArray<Commit>) =>
+  /**
+   * The run's row for a commit of the run actor of cell generation `fence`: the run locked, its
+   * environment's row held `FOR KEY SHARE` (a generation bump takes `FOR UPDATE` first, so it waits
+   * for this commit, and later commits see the new generation). Another generation: the fiber is
+   * interrupted, nothing written.
+   */
+  const fenced = (runId: string, fence: number) =>
+    Effect.gen(function*() {
+      const row = yield* sql`
+        SELECT r.*, e.cell_generation AS fence_generation
+        FROM runs r JOIN environments e ON e.tenant_id = r.tenant_id AND e.name = r.environment
+        WHERE r.id = ${runId}
+        FOR UPDATE OF r FOR KEY SHARE OF e`.pipe(Rows.maybe(FencedRow))
+      if (row !== undefined && row.fence_generation !== fence) {
+        yield* Effect.logWarning(
+          `a commit of cell generation ${fence} was fenced off: the cell is at generation ${row.fence_generation} (restored elsewhere)`
+        ).pipe(Effect.annotateLogs({ run_id: runId }))
+        return yield* Effect.interrupt
+      }
+      return row
+    })
+
+  const commitAll = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
     sql.withTransaction(Effect.gen(function*() {
-      const locked = yield* sql`SELECT * FROM runs WHERE id = ${runId} FOR UPDATE`.pipe(Rows.maybe(LockedRow))
+      const locked = fence === undefined
+        ? yield* sql`SELECT * FROM runs WHERE id = ${runId} FOR UPDATE`.pipe(Rows.maybe(LockedRow))
+        : yield* fenced(runId, fence)
       if (!locked) return Either.left(new RunState.TransitionRefused({ status: "queued", trigger: commits[0]!.trigger._tag }))
       const at = yield* now
       const planned = plan(locked, commits, at)

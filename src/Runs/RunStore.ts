@@ -148,10 +148,16 @@ export interface RunStoreShape {
   /**
    * Applies the commits in order, atomically. `Left` when the state machine refuses one of them in
    * the run's state (then nothing is written).
+   *
+   * `fence`: the generation of the cell whose run actor commits. The commit is made only while the
+   * run's cell is still at that generation (checked in the database, under a lock the generation's
+   * bump waits for); a cell restored since, anywhere, fences it off: nothing is written and the
+   * committing fiber is interrupted (its owner lost the cell; the new owner drives the run).
    */
   readonly commitAll: (
     runId: string,
-    commits: ReadonlyArray<Commit>
+    commits: ReadonlyArray<Commit>,
+    fence?: number
   ) => Effect.Effect<
     Either.Either<{ readonly status: RunState.RunStatus; readonly events: ReadonlyArray<EventRow> }, RunState.TransitionRefused>,
     SqlError

@@ -3,7 +3,8 @@
  * unit tests of the run actor that run in milliseconds on TestClock. Commits are serialised by a
  * one-permit semaphore (the row lock's stand-in) and planned by the same pure `plan`; a commit's
  * `also` writes run before anything is applied, so a failing one leaves the run as it was. Quotas
- * are counted from what it holds, under the same lock.
+ * are counted from what it holds, under the same lock. There are no cell generations here: a
+ * commit's fence is not checked.
  */
 import { Clock, Effect, Either, Layer, Option } from "effect"
 

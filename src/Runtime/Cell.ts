@@ -32,11 +32,11 @@ export interface CellOptions {
   readonly runs: RunConfig
   /** The run actor (its services provided): drives one run from the database. */
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
-  /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`). */
-  readonly completeCancel: (runId: string) => Effect.Effect<void>
+  /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`), fenced by the cell's generation. */
+  readonly completeCancel: (runId: string, generation: number) => Effect.Effect<void>
   /** The unfinished runs of the cell, and how one ends when its environment is deleted (actor stopped). */
   readonly openRuns: (id: CellId) => Effect.Effect<ReadonlyArray<string>>
-  readonly endForDeletion: (runId: string) => Effect.Effect<void>
+  readonly endForDeletion: (runId: string, generation: number) => Effect.Effect<void>
 }
 
 /** A defect or failure restarts the actor after a backoff (200 ms doubling, at most 30 s). */
@@ -120,12 +120,12 @@ export const make = (id: CellId, options: CellOptions) =>
           case "StartRun":
             return Effect.zipRight(Effect.sync(() => alarms.delete(command.runId)), startActor(command.runId))
           case "CancelRun":
-            return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId))
+            return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId, generation))
           case "EndRuns":
             return Effect.gen(function*() {
               alarms.clear()
               yield* FiberMap.clear(actors)
-              for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId)
+              for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
             })
           case "OpenStream":
             return Effect.sync(() => openStream(command.actorId))

@@ -43,8 +43,8 @@ const make = Effect.gen(function*() {
     RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker | Memory | Files
   >()
   /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
-  const endAs = (runId: string, ending: Trigger, unknownReason: string) =>
-    ToolCalls.endUnfinished((...c) => Effect.map(repo.commitAll(runId, c), Either.isRight), runId, ending, unknownReason).pipe(
+  const endAs = (runId: string, generation: number, ending: Trigger, unknownReason: string) =>
+    ToolCalls.endUnfinished((...c) => Effect.map(repo.commitAll(runId, c, generation), Either.isRight), runId, ending, unknownReason).pipe(
       Effect.provide(actorContext),
       Effect.orDie
     )
@@ -56,14 +56,15 @@ const make = Effect.gen(function*() {
     runs: config.runs,
     runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
-    completeCancel: (runId) => endAs(runId, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),
+    completeCancel: (runId, generation) =>
+      endAs(runId, generation, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),
     openRuns: (id) =>
       Effect.map(
         Effect.orDie(repo.openRuns),
         (runs) => runs.filter((r) => r.tenant_id === id.tenantId && r.environment === id.environment).map((r) => r.id)
       ),
-    endForDeletion: (runId) =>
-      endAs(runId, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown")
+    endForDeletion: (runId, generation) =>
+      endAs(runId, generation, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown")
   }
 
   const start = (id: CellId) =>

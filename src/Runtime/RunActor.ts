@@ -96,8 +96,11 @@ export const run = (runId: string, options: ActorOptions) =>
     const config = yield* AppConfig
     const budgets = config.runs
 
-    /** Commits; a refusal means someone else (a cancel, a budget) changed the run first. */
-    const commit = (...commits: ReadonlyArray<Commit>) => Effect.map(repo.commitAll(runId, commits), Either.isRight)
+    /**
+     * Commits, fenced by the cell's generation (a cell restored elsewhere interrupts this actor); a
+     * refusal means someone else (a cancel, a budget) changed the run first.
+     */
+    const commit = (...commits: ReadonlyArray<Commit>) => Effect.map(repo.commitAll(runId, commits, options.cellGeneration), Either.isRight)
 
     const load = Effect.map(repo.run(runId), Option.getOrUndefined)
 
