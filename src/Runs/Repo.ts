@@ -237,6 +237,13 @@ const make = Effect.gen(function*() {
     Rows.all(Schema.Struct({ id: Schema.String, tenant_id: Schema.String, environment: EnvironmentName }))
   )
 
+  const openRunsOf = (tenantId: string, environment: string) =>
+    sql`SELECT id FROM runs WHERE tenant_id = ${tenantId} AND environment = ${environment}
+          AND status IN ('queued', 'running', 'requires_action', 'cancel_requested') ORDER BY id`.pipe(
+      Rows.all(Schema.Struct({ id: Schema.String })),
+      Effect.map((rows) => rows.map((r) => r.id))
+    )
+
   return {
     conversation,
     insertConversation,
@@ -247,7 +254,8 @@ const make = Effect.gen(function*() {
     items,
     eventPosition,
     eventsAfter,
-    openRuns
+    openRuns,
+    openRunsOf
   } satisfies RunStoreShape
 })
 

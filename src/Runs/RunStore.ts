@@ -174,6 +174,8 @@ export interface RunStoreShape {
   ) => Effect.Effect<Option.Option<{ readonly run_id: string; readonly sequence: number }>, SqlError>
   readonly eventsAfter: (runId: string, afterSequence: number, limit: number) => Effect.Effect<ReadonlyArray<EventRow>, SqlError>
   /** Non-terminal runs, for recovery after a restart. */
+  /** The unfinished runs of one cell, by id. */
+  readonly openRunsOf: (tenantId: string, environment: string) => Effect.Effect<ReadonlyArray<string>, SqlError>
   readonly openRuns: Effect.Effect<
     ReadonlyArray<{ readonly id: string; readonly tenant_id: string; readonly environment: EnvironmentName }>,
     SqlError

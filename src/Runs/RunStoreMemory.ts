@@ -177,6 +177,13 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
     eventPosition: (eventId) => Effect.sync(() => Option.fromNullable(positions.get(eventId))),
     eventsAfter: (runId, afterSequence, limit) =>
       Effect.sync(() => (events.get(runId) ?? []).filter((e) => e.sequence > afterSequence).slice(0, limit)),
+    openRunsOf: (tenantId, environment) =>
+      Effect.sync(() =>
+        [...runs.values()]
+          .filter((r) => r.tenant_id === tenantId && r.environment === environment && !RunState.isTerminal(r.status))
+          .map((r) => r.id)
+          .sort()
+      ),
     openRuns: Effect.sync(() =>
       [...runs.values()]
         .filter((r) => !RunState.isTerminal(r.status))

@@ -34,7 +34,10 @@ export interface CellOptions {
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
   /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`), fenced by the cell's generation. */
   readonly completeCancel: (runId: string, generation: number) => Effect.Effect<void>
-  /** The unfinished runs of the cell, and how one ends when its environment is deleted (actor stopped). */
+  /**
+   * The unfinished runs of the cell (their actors start when the cell does), and how one ends when
+   * its environment is deleted (actor stopped).
+   */
   readonly openRuns: (id: CellId) => Effect.Effect<ReadonlyArray<string>>
   readonly endForDeletion: (runId: string, generation: number) => Effect.Effect<void>
 }
@@ -94,6 +97,10 @@ export const make = (id: CellId, options: CellOptions) =>
           : Effect.raceFirst(Queue.take(alarmChanged), Effect.sleep(Duration.millis(next - now)))
       }
     }).pipe(Effect.interruptible, Effect.forkScoped)
+
+    // The cell's unfinished runs go on here, whichever process ran them before (a restart, or a
+    // cell that moved): each actor continues from its run's last commit, or parks awaiting a decision.
+    yield* Effect.forEach(yield* options.openRuns(id), startActor, { discard: true })
 
     const openStream = (actorId: string): OpenStreamReply => {
       if (streams.total >= options.runs.streamsPerCell) return { opened: false, limit: "cell" }

@@ -58,11 +58,7 @@ const make = Effect.gen(function*() {
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
     completeCancel: (runId, generation) =>
       endAs(runId, generation, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),
-    openRuns: (id) =>
-      Effect.map(
-        Effect.orDie(repo.openRuns),
-        (runs) => runs.filter((r) => r.tenant_id === id.tenantId && r.environment === id.environment).map((r) => r.id)
-      ),
+    openRuns: (id) => Effect.orDie(repo.openRunsOf(id.tenantId, id.environment)),
     endForDeletion: (runId, generation) =>
       endAs(runId, generation, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown")
   }
