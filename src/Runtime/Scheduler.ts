@@ -16,13 +16,13 @@ import { Clock, Duration, Effect, Layer, Queue, Schedule, Stream } from "effect"
 import { Cells } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import { realPause } from "../Kernel/RealTime.js"
 import { Schedules } from "../Schedules.js"
 
 /**
  * A schedule due now that this pass did not fire is held by another process's transaction (or was
  * read before it became due): look again after this pause, in real time, not the Clock's.
  */
-const realPause = (millis: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis).unref()))
 const heldPause = realPause(25)
 
 /**

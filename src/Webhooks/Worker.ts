@@ -24,6 +24,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
 import { afterAttempt, type WebhookAttempt } from "../Domain/Webhooks.js"
 import { toIso } from "../Kernel/Ids.js"
+import { realPause } from "../Kernel/RealTime.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { type ClaimedRow, UNKNOWN_OUTCOME, WebhooksRepo } from "./Repo.js"
 import { send } from "./Sender.js"
@@ -125,13 +126,17 @@ const worker = Effect.gen(function*() {
     }
   })
 
-  /** Until the next due time, the fallback poll, or a wake-up (a notification, an attempt's end). */
+  /**
+   * Until the next due time, the fallback poll, or a wake-up (a notification, an attempt's end).
+   * With nothing due the fallback look is in real time (`realPause`), not on the Clock: a suite
+   * that moves TestClock by months does not wake an idle worker once per poll of those months.
+   */
   const waitForWork = Effect.gen(function*() {
     const due = yield* repo.nextDue(new Date(yield* Clock.currentTimeMillis))
     const at = yield* Clock.currentTimeMillis // after the query: the wait starts now
     const poll = config.pollSeconds * 1000
-    const wait = due === undefined ? poll : Math.min(poll, Math.max(0, due.getTime() - at))
-    yield* Effect.raceFirst(Queue.take(wake), Effect.sleep(Duration.millis(wait)))
+    if (due === undefined) return yield* Effect.raceFirst(Queue.take(wake), realPause(poll))
+    yield* Effect.raceFirst(Queue.take(wake), Effect.sleep(Duration.millis(Math.min(poll, Math.max(0, due.getTime() - at)))))
   })
 
   yield* Effect.zipRight(claimDue, waitForWork).pipe(
