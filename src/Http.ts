@@ -46,6 +46,7 @@ import { EventBus } from "./Runs/EventBus.js"
 import { ConversationsLive, EventsLive, RunsLive } from "./Runs/Http.js"
 import { RunStoreSql } from "./Runs/Repo.js"
 import { CellsLive } from "./Runtime/CellsLive.js"
+import { ClusterLive } from "./Runtime/Cluster.js"
 import { ReconcilerLive } from "./Runtime/Reconciler.js"
 import { RecoveryLive } from "./Runtime/Recovery.js"
 import { SchedulerLive } from "./Runtime/Scheduler.js"
@@ -130,7 +131,7 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default
-).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(RunStoreSql))
+).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(ClusterLive), Layer.provideMerge(RunStoreSql))
 
 /**
  * `/docs` (Scalar): bearer authentication with a service key preselected, so "Test request" sends

@@ -6,6 +6,7 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
 
 import { Cells } from "./Cells/Cells.js"
+import { ClusterNode, PlacementsRepo } from "./Cells/Placements.js"
 import { GetCellStats } from "./Cells/Protocol.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { PilotApplication } from "./Domain/Operator.js"
@@ -32,6 +33,23 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
     const platform = yield* PlatformRepo
     const repo = yield* OperatorRepo
     const cells = yield* Cells
+    const placements = yield* PlacementsRepo
+    const node = yield* ClusterNode
+
+    /** The runners, and the cells running on the live ones (issue 19): the same answer on any node. */
+    const cluster = Effect.gen(function*() {
+      const runners = yield* placements.runners(node.expirationSeconds)
+      const cells = yield* placements.placements(node.expirationSeconds)
+      return {
+        runners: runners.map((r) => ({
+          address: r.address,
+          healthy: r.alive && r.healthy,
+          last_heartbeat: toIso(r.last_heartbeat),
+          self: r.address === node.address
+        })),
+        cells: cells.map((c) => ({ ...c, generation: Number(c.generation), started_at: toIso(c.started_at) }))
+      }
+    }).pipe(dieOnSqlError)
 
     /** What the environment's cell holds now. 404 for an unknown environment. */
     const cellStats = (t: string, e: EnvironmentName) =>
@@ -117,6 +135,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       })
 
     return {
+      cluster,
       submitPilot: (body: Parameters<typeof submitPilot>[0]) => dieOnSqlError(submitPilot(body)),
       getPilot: (id: string) => dieOnSqlError(getPilot(id)),
       approvePilot: (id: string) => dieOnSqlError(approvePilot(id)),
@@ -136,5 +155,5 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
           )).pipe(dieOnSqlError)
     } as const
   }),
-  dependencies: [Quickstarts.Default, PlatformRepo.Default, OperatorRepo.Default]
+  dependencies: [Quickstarts.Default, PlatformRepo.Default, OperatorRepo.Default, PlacementsRepo.Default]
 }) {}

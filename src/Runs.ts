@@ -9,7 +9,7 @@ import { Clock, Duration, Effect, Option, Queue, Schema, Stream } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
-import { Cells } from "./Cells/Cells.js"
+import { Cells, tell } from "./Cells/Cells.js"
 import { CancelRun, GetQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -131,7 +131,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
      */
     const admitted = (p: Principal, run: Run, prefer: string | undefined) =>
       Effect.gen(function*() {
-        yield* afterCommit(cells.send(p, new StartRun({ runId: run.id })))
+        yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id })), Cells, cells))
         yield* setResponseHeader("location", runPath(p, run.id))
         const wait = preferredWait(prefer)
         if (wait !== undefined) {
@@ -226,7 +226,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
         const after = Option.getOrThrow(yield* repo.run(runId))
         if (after.status === "cancel_requested") {
-          yield* afterCommit(Effect.asVoid(Effect.forkDaemon(cells.send(p, new CancelRun({ runId })))))
+          yield* afterCommit(Effect.asVoid(Effect.forkDaemon(Effect.provideService(tell(p, new CancelRun({ runId })), Cells, cells))))
         } else if (isTerminal(after.status) && after.status !== "cancelled") {
           return yield* new Conflict({
             code: "run_not_cancellable",

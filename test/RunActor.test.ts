@@ -7,11 +7,13 @@
  * without touching another cell. The same behaviours are proved end to end over HTTP on Postgres
  * in Runs.test.ts, Cells.test.ts and Recovery.test.ts.
  */
+import { TestRunner } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Option, Ref, TestClock } from "effect"
 import { Agents } from "../src/Agents.js"
 import { ApprovalsRepo } from "../src/Approvals/Repo.js"
 import { Cells } from "../src/Cells/Cells.js"
+import { ClusterNode, PlacementsRepo } from "../src/Cells/Placements.js"
 import { CancelRun, type CellId, StartRun } from "../src/Cells/Protocol.js"
 import { AppConfig, defaultRunConfig, type RunConfig } from "../src/Config/AppConfig.js"
 import type { ScriptedStep } from "../src/Domain/Agents.js"
@@ -26,6 +28,7 @@ import { QuotasRepo } from "../src/Quotas/Repo.js"
 import { RunStore } from "../src/Runs/RunStore.js"
 import { RunStoreMemory } from "../src/Runs/RunStoreMemory.js"
 import { CellsWithoutDependencies } from "../src/Runtime/CellsLive.js"
+import { onRealClock } from "../src/Runtime/Cluster.js"
 import { Tools } from "../src/Tools.js"
 import { CallOutcome, Invoker } from "../src/Tools/Invoker.js"
 import { OperationsRepo } from "../src/Tools/OperationsRepo.js"
@@ -92,6 +95,10 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
       })
     ),
     Layer.provide(makeTestLayer(OperationsRepo)({ unsettled: () => Effect.succeed(undefined) })),
+    // One runner in memory (the cluster's own test runner), on the real clock like the service's.
+    Layer.provide(onRealClock(TestRunner.layer)),
+    Layer.provide(Layer.succeed(ClusterNode, { address: "unit:0", joined: Effect.succeed(true), expirationSeconds: 10 })),
+    Layer.provide(makeTestLayer(PlacementsRepo)({ placed: () => Effect.void, removed: () => Effect.void })),
     Layer.provide(makeTestLayer(Memory)({})),
     Layer.provide(makeTestLayer(Files)({})),
     Layer.provide(

@@ -40,14 +40,23 @@ describe("configuration", () => {
           { CELL_RATE_LIMIT_BURST: "0" },
           { CELL_IDLE_TIMEOUT_SECONDS: "0" },
           { WEBHOOK_CONCURRENCY: "0" },
-          { WEBHOOK_LEASE_SECONDS: "15" } // an attempt takes up to 15 s: its lease must outlast it
+          { WEBHOOK_LEASE_SECONDS: "15" }, // an attempt takes up to 15 s: its lease must outlast it
+          { DB_POOL_SIZE: "2" }, // the cluster runner holds one connection for its shard locks
+          { RUNNER_PORT: "70000" },
+          { CLUSTER_LOCK_REFRESH_SECONDS: "6" } // the expiration (10 s) must be at least twice the refresh
         ]
       ) {
         const loaded = yield* loadSettings(env)
         expect(loaded._tag, JSON.stringify(env)).toBe("Left")
         expect(String((loaded as any).left), JSON.stringify(env)).toContain(Object.keys(env)[0])
       }
-      const ok = yield* loadSettings({ PORT: "1", DB_POOL_SIZE: "2", CELL_RATE_LIMIT_RPS: "0.5", CELL_RATE_LIMIT_BURST: "1" })
+      const ok = yield* loadSettings({
+        PORT: "1",
+        DB_POOL_SIZE: "3",
+        RUNNER_PORT: "34431",
+        CELL_RATE_LIMIT_RPS: "0.5",
+        CELL_RATE_LIMIT_BURST: "1"
+      })
       expect(ok._tag).toBe("Right")
     }))
 })

@@ -34,6 +34,12 @@ export class GetGeneration extends Schema.TaggedClass<GetGeneration>()("GetGener
 export class StartRun extends Schema.TaggedClass<StartRun>()("StartRun", { runId: Schema.String }) {}
 
 /**
+ * The sweep of the cells a node owns (src/Runtime/Recovery.ts): these runs are unfinished in the
+ * database; start the actor of each that has none here and is not parked (a lost StartRun).
+ */
+export class ResumeRuns extends Schema.TaggedClass<ResumeRuns>()("ResumeRuns", { runIds: Schema.Array(Schema.String) }) {}
+
+/**
  * The run is durably `cancel_requested`: interrupt its actor (no new dispatch), then complete the
  * cancellation (`cancelled`). Replies once the run is no longer executing here.
  */
@@ -83,6 +89,7 @@ export const CellCommand = Schema.Union(
   AdmitRequest,
   GetGeneration,
   StartRun,
+  ResumeRuns,
   CancelRun,
   EndRuns,
   OpenStream,
@@ -97,6 +104,7 @@ export interface CellReplies {
   readonly AdmitRequest: RateLimitReply
   readonly GetGeneration: number
   readonly StartRun: void
+  readonly ResumeRuns: void
   readonly CancelRun: void
   readonly EndRuns: void
   readonly OpenStream: OpenStreamReply

@@ -102,6 +102,26 @@ export interface AppConfigShape {
   readonly schedules: ScheduleConfig
   /** quotas (D16): the limits of an environment no operator has set, per environment kind */
   readonly quotas: QuotaDefaults
+  /** the cluster (issue 19): this node's runner address and the shard-lock timings */
+  readonly cluster: ClusterConfig
+}
+
+export interface ClusterConfig {
+  /** RUNNER_HOST: how the other nodes reach this node's runner (default 127.0.0.1) */
+  readonly runnerHost: string
+  /** RUNNER_PORT: the cluster transport's port; unset: a free port chosen at start (fine on one machine) */
+  readonly runnerPort: Option.Option<number>
+  /** CLUSTER_LOCK_REFRESH_SECONDS: how often a runner refreshes its shard locks (default 2) */
+  readonly lockRefreshSeconds: number
+  /**
+   * CLUSTER_LOCK_EXPIRATION_SECONDS: a runner silent this long loses its shards to the others
+   * (default 10; at least twice the refresh): the time a dead node's cells take to move
+   */
+  readonly lockExpirationSeconds: number
+  /** CLUSTER_SEND_TIMEOUT_SECONDS: how long a request waits for its cell (e.g. moving) before 503 (default 10) */
+  readonly sendTimeoutSeconds: number
+  /** CLUSTER_SWEEP_SECONDS: how often a node wakes the cells it owns that have unfinished runs (default 10) */
+  readonly sweepSeconds: number
 }
 
 export interface ScheduleConfig {
@@ -215,6 +235,15 @@ export const defaultWebhookConfig: WebhookConfig = {
 
 export const defaultScheduleConfig: ScheduleConfig = { pollMillis: 1000 }
 
+export const defaultClusterConfig: ClusterConfig = {
+  runnerHost: "127.0.0.1",
+  runnerPort: Option.none(),
+  lockRefreshSeconds: 2,
+  lockExpirationSeconds: 10,
+  sendTimeoutSeconds: 10,
+  sweepSeconds: 10
+}
+
 export const defaultToolConfig: ToolConfig = {
   issuer: Option.none(),
   tokenSeconds: 60,
@@ -272,11 +301,11 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.withDefault(600),
       Config.validate({ message: "CELL_IDLE_TIMEOUT_SECONDS must be at least 1", validation: (n) => n >= 1 })
     ),
-    // At least 2: migrations hold their advisory lock on one reserved connection and migrate on
-    // another, so a pool of 1 would wait for itself forever at start.
+    // At least 3: migrations hold their advisory lock on one reserved connection and migrate on
+    // another, and the cluster runner holds its shard locks on one for good.
     dbPoolSize: Config.integer("DB_POOL_SIZE").pipe(
       Config.withDefault(20),
-      Config.validate({ message: "DB_POOL_SIZE must be at least 2", validation: (n) => n >= 2 })
+      Config.validate({ message: "DB_POOL_SIZE must be at least 3", validation: (n) => n >= 3 })
     ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
@@ -325,7 +354,20 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     schedules: Config.all({
       pollMillis: bounded("SCHEDULER_POLL_MILLIS", 1000, 60_000)
     }),
-    quotas: quotaDefaultsConfig
+    quotas: quotaDefaultsConfig,
+    cluster: Config.all({
+      runnerHost: Config.string("RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
+      runnerPort: Config.option(Config.port("RUNNER_PORT")),
+      lockRefreshSeconds: bounded("CLUSTER_LOCK_REFRESH_SECONDS", 2, 60),
+      lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 10, 600),
+      sendTimeoutSeconds: bounded("CLUSTER_SEND_TIMEOUT_SECONDS", 10, 120),
+      sweepSeconds: bounded("CLUSTER_SWEEP_SECONDS", 10, 3600)
+    }).pipe(
+      Config.validate({
+        message: "CLUSTER_LOCK_EXPIRATION_SECONDS must be at least twice CLUSTER_LOCK_REFRESH_SECONDS",
+        validation: (c) => c.lockExpirationSeconds >= 2 * c.lockRefreshSeconds
+      })
+    )
   })
 
   static readonly layer = Layer.effect(AppConfig, AppConfig.config)
@@ -353,6 +395,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     webhooks: defaultWebhookConfig,
     schedules: defaultScheduleConfig,
     quotas: defaultQuotaDefaults,
+    cluster: defaultClusterConfig,
     ...overrides
   })
 }

@@ -25,6 +25,7 @@ import usageRecords from "./migrations/0016_usage_records.js"
 import keyRotation from "./migrations/0017_key_rotation.js"
 import productionRequests from "./migrations/0018_production_requests.js"
 import quotas from "./migrations/0019_quotas.js"
+import cellPlacements from "./migrations/0020_cell_placements.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -48,24 +49,27 @@ export const loader = Migrator.fromRecord({
   "0016_usage_records": usageRecords,
   "0017_key_rotation": keyRotation,
   "0018_production_requests": productionRequests,
-  "0019_quotas": quotas
+  "0019_quotas": quotas,
+  "0020_cell_placements": cellPlacements
 })
 
 const migrate = Migrator.make({})
 
-export const run = Effect.gen(function*() {
+/**
+ * In the scope, the processes of one database migrate one at a time: the advisory lock, held on a
+ * reserved connection until the scope closes. Also for the cluster library's own tables
+ * (src/Runtime/Cluster.ts), whose migrator is not safe when several nodes start at once.
+ */
+export const migrationLock = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  return yield* Effect.scoped(
-    Effect.gen(function*() {
-      const conn = yield* sql.reserve
-      yield* Effect.acquireRelease(
-        conn.executeRaw(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`, []),
-        () => Effect.orDie(conn.executeRaw(`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`, []))
-      )
-      return yield* migrate({ loader })
-    })
+  const conn = yield* sql.reserve
+  yield* Effect.acquireRelease(
+    conn.executeRaw(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`, []),
+    () => Effect.orDie(conn.executeRaw(`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`, []))
   )
-}).pipe(Effect.withSpan("Migrations.run"))
+})
+
+export const run = Effect.scoped(Effect.zipRight(migrationLock, migrate({ loader }))).pipe(Effect.withSpan("Migrations.run"))
 
 export const layer = Layer.effectDiscard(Effect.orDie(run))
 

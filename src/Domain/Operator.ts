@@ -51,3 +51,27 @@ export const Quickstart = Schema.Struct({
   agent_revision_id: Schema.String
 }).annotations({ identifier: "Quickstart" })
 export type Quickstart = typeof Quickstart.Type
+
+/** A runner of the cluster (issue 19), as `cluster_runners` has it. */
+export const ClusterRunner = Schema.Struct({
+  address: Schema.String.annotations({ description: "`host:port` of the runner's cluster transport (RUNNER_HOST:RUNNER_PORT)" }),
+  healthy: Schema.Boolean.annotations({ description: "alive (heartbeat within CLUSTER_LOCK_EXPIRATION_SECONDS) and not marked unhealthy" }),
+  last_heartbeat: Timestamp,
+  self: Schema.Boolean.annotations({ description: "the node that answered" })
+}).annotations({ identifier: "ClusterRunner" })
+
+/** A cell running now, and on which runner. */
+export const ClusterCell = Schema.Struct({
+  tenant_id: Schema.String,
+  environment: Schema.String,
+  runner: Schema.String,
+  generation: Schema.Number,
+  started_at: Timestamp
+}).annotations({ identifier: "ClusterCell" })
+
+/** `GET /operator/v1/cluster`: the runners, and the cells active on the live ones (same answer on any node). */
+export const ClusterView = Schema.Struct({
+  runners: Schema.Array(ClusterRunner),
+  cells: Schema.Array(ClusterCell)
+}).annotations({ identifier: "ClusterView" })
+export type ClusterView = typeof ClusterView.Type

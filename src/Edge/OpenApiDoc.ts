@@ -31,7 +31,7 @@ const ERROR_STATUSES: ReadonlyArray<[string, string, string]> = [
   [
     "503",
     "UnavailableError",
-    "Unavailable (e.g. `database_unavailable`: the database cannot be reached; retry after `Retry-After` seconds)"
+    "Unavailable (e.g. `database_unavailable`: the database cannot be reached; `cell_unavailable`: the environment's cell is moving to another node; retry after `Retry-After` seconds)"
   ]
 ]
 

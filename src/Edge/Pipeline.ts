@@ -25,7 +25,7 @@ import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effe
 
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
-import { Cells } from "../Cells/Cells.js"
+import { Cells, CellUnavailable } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
@@ -91,6 +91,19 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
     if (e?._tag === "RequestError") {
       return Effect.succeed(
         errorResponse(new InvalidRequest({ code: "invalid_body", message: "The request body could not be read as JSON" }), state.requestId)
+      )
+    }
+    if (e instanceof CellUnavailable) {
+      state.headers["retry-after"] = "2"
+      return Effect.as(
+        Effect.logWarning(`cell ${e.cell} unavailable: ${e.reason}`),
+        errorResponse(
+          new Unavailable({
+            code: "cell_unavailable",
+            message: "This environment's cell is starting or moving to another node; retry after Retry-After seconds"
+          }),
+          state.requestId
+        )
       )
     }
     if (isDatabaseUnavailable(e)) {

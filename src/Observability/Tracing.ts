@@ -153,10 +153,21 @@ export const layerWith = (settings: TracingSettings): Layer.Layer<never> => {
       Effect.provide(settings.protocol === "http/json" ? OtlpSerialization.layerJson : OtlpSerialization.layerProtobuf),
       // The collector is the operator's: plain fetch, not the destination guard of customer URLs.
       Effect.provide(FetchHttpClient.layer),
-      Effect.map(Layer.setTracer)
+      Effect.map((tracer) => Layer.setTracer(lowCardinalityNames(tracer)))
     )
   )
 }
+
+/**
+ * @effect/cluster names an entity's spans `Type(entityId).Tag` (`Cell(ten_.../sandbox).StartRun`):
+ * a name per tenant. Exported as `Type.Tag`; the id is already the span's `entity.id` attribute.
+ */
+const ENTITY_SPAN = /^(\w+)\([^)]*\)\.(\w+)$/
+const lowCardinalityNames = (tracer: Tracer.Tracer): Tracer.Tracer =>
+  Tracer.make({
+    span: (name, ...rest) => tracer.span(name.replace(ENTITY_SPAN, "$1.$2"), ...rest),
+    context: (f, fiber) => tracer.context(f, fiber)
+  })
 
 /** Tracing as the environment says: the OTLP exporter, or nothing at all. */
 export const TracingLive: Layer.Layer<never, ConfigError.ConfigError> = Layer.unwrapEffect(

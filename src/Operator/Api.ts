@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 
 import { CellStats } from "../Cells/Protocol.js"
-import { CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
+import { ClusterView, CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Run } from "../Domain/Runs.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
@@ -53,6 +53,7 @@ export class OperatorApi extends HttpApiGroup.make("operator")
     HttpApiEndpoint.get("getCellStats")`/operator/v1/tenants/${tenantId}/environments/${environment}/cell`
       .addSuccess(CellStats)
   )
+  .add(HttpApiEndpoint.get("getCluster", "/operator/v1/cluster").addSuccess(ClusterView))
   .middleware(OperatorAuth)
   .annotate(OpenApi.Exclude, true)
 {}

@@ -19,6 +19,7 @@
  *   npm run operator -- set-quota --tenant ten_... runs_per_day 50000
  *   npm run operator -- run --tenant ten_... run_...
  *   npm run operator -- cell --tenant ten_...
+ *   npm run operator -- cluster
  *
  * Every command has `--help`; `--json` prints the answer as JSON for scripts; off a terminal the
  * output is plain text.
@@ -192,6 +193,12 @@ const cellStats = Command.make(
   (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/cell`), printer(o.json))
 ).pipe(Command.withDescription("Show what the environment's cell holds now: generation, running and parked runs, open streams"))
 
+const cluster = Command.make(
+  "cluster",
+  { url, json },
+  (o) => Effect.flatMap(call(o.url, "GET", "/cluster"), printer(o.json))
+).pipe(Command.withDescription("Show the cluster: its runners (address, healthy, last heartbeat) and which runner each active cell is on"))
+
 // ---- quotas (D16) --------------------------------------------------------------------------------
 
 const quotas = Command.make(
@@ -268,7 +275,8 @@ const operator = Command.make("operator").pipe(
     quotas,
     setQuota,
     getRun,
-    cellStats
+    cellStats,
+    cluster
   ])
 )
 

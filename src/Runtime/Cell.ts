@@ -11,15 +11,13 @@ import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Pro
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
+import { realPause } from "../Kernel/RealTime.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
 import type { ActorOptions } from "./RunActor.js"
 
 export interface Cell {
   readonly id: CellId
   readonly generation: number
-  readonly lastUsed: Ref.Ref<number>
-  /** Run actors alive or SSE streams open: an idle sweep must not stop this cell. */
-  readonly busy: Effect.Effect<boolean>
   readonly handle: <C extends CellCommand>(command: C) => Effect.Effect<ReplyOf<C>>
 }
 
@@ -40,6 +38,14 @@ export interface CellOptions {
    */
   readonly openRuns: (id: CellId) => Effect.Effect<ReadonlyArray<string>>
   readonly endForDeletion: (runId: string, generation: number) => Effect.Effect<void>
+  /**
+   * Keeps the cell running while it is busy (run actors, parked runs, open streams), whatever its
+   * idle time: `true` is durable (the cluster's persisted keep-alive message), so when its node
+   * dies the cell starts again on its new owner and resumes its runs; `false` releases it.
+   */
+  readonly keepAlive: (enabled: boolean) => Effect.Effect<void>
+  /** How often (real time) a cell that is no longer busy releases its keep-alive. */
+  readonly releaseEveryMillis: number
 }
 
 /** A defect or failure restarts the actor after a backoff (200 ms doubling, at most 30 s). */
@@ -53,7 +59,6 @@ export const make = (id: CellId, options: CellOptions) =>
     const limiter = yield* RateLimiter.make(options.rateLimit)
     const quotaLimits = yield* Ref.make(yield* options.quotaLimits(id))
     const policy = RateLimiter.policyHeader(options.rateLimit)
-    const lastUsed = yield* Ref.make(yield* Clock.currentTimeMillis)
     const actors = yield* FiberMap.make<string>()
     const slots = yield* Effect.makeSemaphore(options.runs.maxActiveRunsPerCell)
     const streams = { total: 0, byActor: new Map<string, number>() }
@@ -64,7 +69,29 @@ export const make = (id: CellId, options: CellOptions) =>
     const alarms = new Map<string, number>()
     const alarmChanged = yield* Queue.sliding<void>(1)
     const wakeAt = (runId: string, at: Date) =>
-      Effect.zipRight(Effect.sync(() => alarms.set(runId, at.getTime())), Queue.offer(alarmChanged, undefined))
+      Effect.zipRight(Effect.sync(() => alarms.set(runId, at.getTime())), Queue.offer(alarmChanged, undefined)).pipe(
+        Effect.zipRight(holdAlive)
+      )
+
+    // Busy (an actor, a parked run, an open stream): kept alive, durably, from the first moment.
+    // Released by a real-time look once nothing is left (a cell busy again soon keeps it).
+    let keptAlive = false
+    const holdAlive: Effect.Effect<void> = Effect.suspend(() => {
+      if (keptAlive) return Effect.void
+      keptAlive = true
+      return options.keepAlive(true)
+    })
+    const busy = Effect.map(FiberMap.size(actors), (n) => n > 0 || streams.total > 0 || alarms.size > 0)
+    yield* Effect.gen(function*() {
+      while (true) {
+        yield* realPause(options.releaseEveryMillis)
+        if (yield* busy) continue
+        keptAlive = false
+        yield* options.keepAlive(false)
+        // Busy again meanwhile: hold it again.
+        if (yield* busy) yield* holdAlive
+      }
+    }).pipe(Effect.interruptible, Effect.forkScoped)
 
     const supervised = (runId: string): Effect.Effect<void> =>
       options.runActor(runId, { slots, cellGeneration: generation, wakeAt }).pipe(
@@ -80,7 +107,8 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.annotateLogs({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId })
       )
 
-    const startActor = (runId: string) => Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true }))
+    const startActor = (runId: string) =>
+      Effect.zipRight(holdAlive, Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true })))
 
     yield* Effect.gen(function*() {
       while (true) {
@@ -126,6 +154,8 @@ export const make = (id: CellId, options: CellOptions) =>
             return Effect.succeed(generation)
           case "StartRun":
             return Effect.zipRight(Effect.sync(() => alarms.delete(command.runId)), startActor(command.runId))
+          case "ResumeRuns":
+            return Effect.forEach(command.runIds, (runId) => alarms.has(runId) ? Effect.void : startActor(runId), { discard: true })
           case "CancelRun":
             return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId, generation))
           case "EndRuns":
@@ -135,7 +165,7 @@ export const make = (id: CellId, options: CellOptions) =>
               for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
             })
           case "OpenStream":
-            return Effect.sync(() => openStream(command.actorId))
+            return Effect.tap(Effect.sync(() => openStream(command.actorId)), (reply) => reply.opened ? holdAlive : Effect.void)
           case "CloseStream":
             return Effect.sync(() => closeStream(command.actorId))
           case "GetQuotaLimits":
@@ -151,12 +181,8 @@ export const make = (id: CellId, options: CellOptions) =>
             }))
         }
       })()
-      return Effect.zipLeft(
-        reply as Effect.Effect<ReplyOf<C>>,
-        Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(lastUsed, now))
-      )
+      return reply as Effect.Effect<ReplyOf<C>>
     }
-    const busy = Effect.map(FiberMap.size(actors), (n) => n > 0 || streams.total > 0 || alarms.size > 0)
     yield* Effect.logDebug("cell restored").pipe(Effect.annotateLogs({ cell: cellLabel, generation }))
-    return { id, generation, lastUsed, busy, handle } satisfies Cell
+    return { id, generation, handle } satisfies Cell
   })

@@ -1,18 +1,28 @@
 /**
- * The cell supervisor: starts a cell on first use, keeps one per tenant/environment in this
- * process, and stops cells that have been idle for `CELL_IDLE_TIMEOUT_SECONDS` (the next command
- * restores them, with a new generation). Each cell lives in its own child scope, so closing one
- * never touches another.
+ * The cells, as `@effect/cluster` entities (src/Cells/Entity.ts): this node registers the cell
+ * behaviour (a cell starts on the runner that owns its shard, on its first message or when it
+ * moves there) and sends every command through the cluster's client, so a request on any node
+ * reaches the one cell of its tenant/environment: one rate limiter, one set of stream counts, one
+ * owner of its runs. A cell's fibers live in the entity's scope; the cluster stops it when it has
+ * been idle for CELL_IDLE_TIMEOUT_SECONDS and is not busy (Cell's keep-alive).
+ *
+ * A cell running on this node is also called directly (no serialization, no mailbox): it is here
+ * only while this runner owns its shard. Every so often a command goes through the cluster anyway,
+ * so the cluster sees the cell in use.
  */
-import { Clock, Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, type Option, Ref, Schedule, Scope, SynchronizedRef } from "effect"
+import { Entity, Sharding } from "@effect/cluster"
+import { Cause, Clock, Duration, Effect, Either, Layer, Option } from "effect"
 
 import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
-import { Cells, type CellsShape } from "../Cells/Cells.js"
+import { Cells, type CellsShape, CellUnavailable } from "../Cells/Cells.js"
+import { CellEntity } from "../Cells/Entity.js"
+import { ClusterNode, PlacementsRepo } from "../Cells/Placements.js"
 import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
+import type { EnvironmentName } from "../Kernel/Ids.js"
 import { Memory } from "../Memory.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { withoutParentSpan } from "../Observability/Tracing.js"
@@ -27,17 +37,33 @@ import * as Cell from "./Cell.js"
 import * as RunActor from "./RunActor.js"
 import * as ToolCalls from "./ToolCalls.js"
 
-interface Entry {
-  readonly cell: Deferred.Deferred<Cell.Cell>
-  readonly scope: Scope.CloseableScope
+/** `tenant/environment` back to the cell's id (entity ids are cell keys). */
+const cellIdOf = (entityId: string): CellId => {
+  const slash = entityId.lastIndexOf("/")
+  return { tenantId: entityId.slice(0, slash), environment: entityId.slice(slash + 1) as EnvironmentName }
+}
+
+const realClock = Clock.make()
+
+/** Defects of the transport between runners: the cell's runner is gone (the cell is moving). */
+const TRANSPORT_ERRORS = new Set(["SocketError", "RpcClientError", "SocketGenericError", "SocketCloseError"])
+
+interface Local {
+  readonly cell: Cell.Cell
+  /** when a command last reached it through the cluster (real time) */
+  routedAt: number
 }
 
 const make = Effect.gen(function*() {
   const config = yield* AppConfig
   const platform = yield* PlatformRepo
   const quotas = yield* QuotasRepo
-  const parent = yield* Effect.scope
-  const entries = yield* SynchronizedRef.make(new Map<string, Entry>())
+  const placements = yield* PlacementsRepo
+  const node = yield* ClusterNode
+  const sharding = yield* Sharding.Sharding
+  // The clock of whoever built the service (TestClock in suites): cells, their actors and their
+  // budgets run on it; the runner's own loops run on the real one (src/Runtime/Cluster.ts).
+  const clock = yield* Effect.clock
   const repo = yield* RunStore
   const actorContext = yield* Effect.context<
     RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker | Memory | Files
@@ -60,95 +86,96 @@ const make = Effect.gen(function*() {
       endAs(runId, generation, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),
     openRuns: (id) => Effect.orDie(repo.openRunsOf(id.tenantId, id.environment)),
     endForDeletion: (runId, generation) =>
-      endAs(runId, generation, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown")
+      endAs(runId, generation, Trigger.EnvironmentDeleted(), "its environment was deleted while the write's outcome was unknown"),
+    keepAlive: () => Effect.void,
+    releaseEveryMillis: Math.max(1000, (config.cellIdleTimeoutSeconds * 1000) / 4)
   }
+  const idleMs = config.cellIdleTimeoutSeconds * 1000
+  const sendTimeout = Duration.seconds(config.cluster.sendTimeoutSeconds)
+  const local = new Map<string, Local>()
 
-  const start = (id: CellId) =>
-    SynchronizedRef.modifyEffect(entries, (map) => {
-      const existing = map.get(cellKey(id))
-      if (existing) return Effect.succeed([existing, map] as const)
-      return Effect.gen(function*() {
-        const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
-        const cell = yield* Deferred.make<Cell.Cell>()
-        const entry: Entry = { cell, scope }
-        // Build outside the lock; waiters join the Deferred. The cell outlives the request that
-        // happened to start it: its fibers (the alarm loop) are not part of that request's trace.
-        yield* Cell.make(id, options).pipe(
-          Scope.extend(scope),
-          Effect.exit,
-          Effect.flatMap((exit) =>
-            Effect.zipRight(
-              Deferred.done(cell, exit),
-              // A cell that failed to start is forgotten, so the next command tries again.
-              Exit.isFailure(exit) ? forget(id, entry) : Effect.void
-            )
-          ),
-          withoutParentSpan,
-          Effect.forkIn(scope)
+  // The behaviour: runs once per cell start on this runner, in the entity's scope.
+  yield* sharding.registerEntity(
+    CellEntity,
+    Effect.gen(function*() {
+      const address = yield* Entity.CurrentAddress
+      const entityContext = yield* Effect.context<Sharding.Sharding | Entity.CurrentAddress>()
+      const id = cellIdOf(address.entityId)
+      const key = address.entityId
+      const cell = yield* Cell.make(id, {
+        ...options,
+        keepAlive: (enabled) => Effect.provide(Entity.keepAlive(enabled), entityContext)
+      }).pipe(Effect.withClock(clock), withoutParentSpan)
+      const entry: Local = { cell, routedAt: Date.now() }
+      local.set(key, entry)
+      yield* Effect.addFinalizer(() =>
+        Effect.zipRight(
+          Effect.sync(() => local.get(key) === entry && local.delete(key)),
+          Effect.ignore(placements.removed(id, node.address))
         )
-        return [entry, new Map(map).set(cellKey(id), entry)] as const
+      )
+      yield* Effect.ignoreLogged(placements.placed(id, node.address, cell.generation))
+      const handle = <C extends CellCommand>(request: { readonly payload: C }) => {
+        entry.routedAt = Date.now()
+        return Effect.withClock(cell.handle(request.payload), clock)
+      }
+      return CellEntity.of({
+        AdmitRequest: handle,
+        GetGeneration: handle,
+        StartRun: handle,
+        ResumeRuns: handle,
+        CancelRun: handle,
+        EndRuns: handle,
+        OpenStream: handle,
+        CloseStream: handle,
+        GetQuotaLimits: handle,
+        ReloadQuotaLimits: handle,
+        GetCellStats: handle
       })
-    })
+    }),
+    { concurrency: "unbounded", disableFatalDefects: true }
+  ).pipe(Effect.withClock(realClock)) // the entity manager's own loops run on the real clock
 
-  const forget = (id: CellId, entry: Entry) =>
-    SynchronizedRef.update(entries, (map) => {
-      if (map.get(cellKey(id)) !== entry) return map
-      const next = new Map(map)
-      next.delete(cellKey(id))
-      return next
-    })
+  const client = yield* sharding.makeClient(CellEntity).pipe(Effect.withClock(realClock))
+
+  /** Through the cluster, to whichever runner owns the cell; 503 if it cannot be reached in time. */
+  const routed = <C extends CellCommand>(key: string, command: C): Effect.Effect<ReplyOf<C>> =>
+    ((client(key) as any)[command._tag](command) as Effect.Effect<ReplyOf<C>, unknown>).pipe(
+      Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => "timed out" }),
+      Effect.catchAll((error) =>
+        Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : String((error as any)?._tag ?? error) }))
+      ),
+      // The cell was stopped under the request (this node is shutting down, or lost the shard):
+      // the request did not reach it, and may be retried on another node.
+      // The runner that owned it died under the request (its socket): it moves.
+      Effect.catchAllCause((cause) => {
+        if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
+        const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
+        return TRANSPORT_ERRORS.has(defect?._tag)
+          ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
+          : Effect.failCause(cause)
+      }),
+      Effect.withClock(realClock)
+    )
 
   /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
-  const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> =>
-    Effect.flatMap(start(id), (entry) => Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
+  const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> => {
+    const key = cellKey(id)
+    const here = local.get(key)
+    return here !== undefined && Date.now() - here.routedAt < idleMs / 4 ? here.cell.handle(command) : routed(key, command)
+  }
 
-  /** Like `send`, to a cell that is running (or starting) only: none when it is not (nothing is started). */
+  /** Like `send`, to a cell that is running (on any node) only: none when it is not (nothing is started). */
   const sendIfRunning = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<Option.Option<ReplyOf<C>>> =>
-    Effect.flatMap(SynchronizedRef.get(entries), (map) => {
-      const entry = map.get(cellKey(id))
-      return entry === undefined
-        ? Effect.succeedNone
-        : Effect.asSome(Effect.flatMap(Deferred.await(entry.cell), (cell) => cell.handle(command)))
-    })
+    local.has(cellKey(id))
+      ? Effect.asSome(send(id, command))
+      : Effect.flatMap(
+        Effect.orDie(placements.isPlaced(id, node.expirationSeconds)),
+        (placed) => placed ? Effect.asSome(send(id, command)) : Effect.succeedNone
+      )
 
-  const stopIdle = Effect.gen(function*() {
-    const now = yield* Clock.currentTimeMillis
-    const idleMs = config.cellIdleTimeoutSeconds * 1000
-    yield* SynchronizedRef.updateEffect(entries, (map) =>
-      Effect.gen(function*() {
-        const next = new Map(map)
-        for (const [key, entry] of map) {
-          const polled = yield* Deferred.poll(entry.cell)
-          if (polled._tag === "None") continue // still starting
-          // A cell that failed to start holds a defect: `Effect.option` would let it escape and kill
-          // this sweep loop for good. Such an entry is dropped like an idle one.
-          const cell = yield* Effect.exit(polled.value)
-          if (Exit.isSuccess(cell) && now - (yield* Ref.get(cell.value.lastUsed)) < idleMs) continue
-          if (Exit.isSuccess(cell) && (yield* cell.value.busy)) continue
-          next.delete(key)
-          yield* Scope.close(entry.scope, Exit.void)
-        }
-        return next
-      }))
-  })
-
-  yield* stopIdle.pipe(
-    Effect.repeat(Schedule.spaced(`${Math.max(1, Math.floor(config.cellIdleTimeoutSeconds / 4))} seconds`)),
-    Effect.forkScoped
-  )
-
-  const activeCount = Effect.map(SynchronizedRef.get(entries), (m) => m.size)
-  /** Stops a cell now (e.g. its environment was deleted). */
-  const stop = (id: CellId) =>
-    SynchronizedRef.updateEffect(entries, (map) => {
-      const entry = map.get(cellKey(id))
-      if (!entry) return Effect.succeed(map)
-      const next = new Map(map)
-      next.delete(cellKey(id))
-      return Effect.as(Scope.close(entry.scope, Exit.void), next)
-    })
-
-  return { send, sendIfRunning, stop, activeCount } satisfies CellsShape
+  const activeCount = Effect.sync(() => local.size)
+  return { send, sendIfRunning, activeCount } satisfies CellsShape
 })
 
 /** The cells of this process; the services their run actors drive come from the caller (unit tests). */
@@ -167,6 +194,7 @@ export const CellsLive = CellsWithoutDependencies.pipe(
     ApprovalsRepo.Default,
     Invoker.Default,
     Memory.Default,
-    Files.Default
+    Files.Default,
+    PlacementsRepo.Default
   ])
 )

@@ -13,7 +13,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Duration, Effect, Layer, Queue, Schedule, Stream } from "effect"
 
-import { Cells } from "../Cells/Cells.js"
+import { Cells, tell } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { realPause } from "../Kernel/RealTime.js"
@@ -54,7 +54,7 @@ const scheduler = Effect.gen(function*() {
       if (firing === undefined) return started
       if (firing._tag === "Fired") {
         started++
-        yield* cells.send(firing.cell, new StartRun({ runId: firing.runId })).pipe(
+        yield* Effect.provideService(tell(firing.cell, new StartRun({ runId: firing.runId })), Cells, cells).pipe(
           Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
         )
       }

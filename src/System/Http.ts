@@ -1,15 +1,20 @@
-/** Health (D1): `/healthz` answers while the process runs; `/readyz` once the database is reachable and migrated. */
+/**
+ * Health (D1): `/healthz` answers while the process runs; `/readyz` once the database is reachable
+ * and migrated and this node's runner has joined the cluster (issue 19).
+ */
 import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import { ClusterNode } from "../Cells/Placements.js"
 import * as Migrations from "../Database/Migrations.js"
 import { Unavailable } from "../Kernel/Errors.js"
 
 export const SystemLive = HttpApiBuilder.group(Api, "system", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const node = yield* ClusterNode
     const notReady = (message: string) => new Unavailable({ code: "not_ready", message })
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
@@ -18,6 +23,10 @@ export const SystemLive = HttpApiBuilder.group(Api, "system", (handlers) =>
           Effect.provideService(SqlClient.SqlClient, sql),
           Effect.timeout("2 seconds"),
           Effect.mapError(() => notReady("The database is not reachable")),
-          Effect.flatMap((ok) => ok ? Effect.succeed({ status: "ok" as const }) : Effect.fail(notReady("Migrations are not applied")))
+          Effect.flatMap((ok) => ok ? Effect.void : Effect.fail(notReady("Migrations are not applied"))),
+          Effect.zipRight(node.joined),
+          Effect.flatMap((joined) =>
+            joined ? Effect.succeed({ status: "ok" as const }) : Effect.fail(notReady("This node has not joined the cluster yet"))
+          )
         ))
   }))

@@ -27,7 +27,8 @@ export const CLI_COMMANDS = [
   "quotas",
   "set-quota",
   "run",
-  "cell"
+  "cell",
+  "cluster"
 ]
 
 export const cli = (args: ReadonlyArray<string>) =>
