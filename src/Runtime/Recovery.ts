@@ -12,7 +12,7 @@
 import { EntityId, Sharding } from "@effect/cluster"
 import { Effect, Layer } from "effect"
 
-import { Cells } from "../Cells/Cells.js"
+import { tell } from "../Cells/Cells.js"
 import { CellEntity } from "../Cells/Entity.js"
 import { type CellId, cellKey, ResumeRuns } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
@@ -40,9 +40,9 @@ const openByCell = (owned: boolean) =>
 
 const resume = (owned: boolean) =>
   Effect.gen(function*() {
-    const cells = yield* Cells
     const open = yield* openByCell(owned)
-    yield* Effect.forEach(open, ({ cell, runIds }) => cells.send(cell, new ResumeRuns({ runIds })), { concurrency: 16, discard: true })
+    // Each cell on its own: one that is moving (unreachable until it has moved) does not hold up the others.
+    yield* Effect.forEach(open, ({ cell, runIds }) => tell(cell, new ResumeRuns({ runIds })), { concurrency: 16, discard: true })
     return open
   })
 

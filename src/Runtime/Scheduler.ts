@@ -54,7 +54,10 @@ const scheduler = Effect.gen(function*() {
       if (firing === undefined) return started
       if (firing._tag === "Fired") {
         started++
+        // Handed over without waiting: a cell that is moving (up to CLUSTER_SEND_TIMEOUT_SECONDS)
+        // must not hold up the next scheduled times; its new owner resumes the run anyway.
         yield* Effect.provideService(tell(firing.cell, new StartRun({ runId: firing.runId })), Cells, cells).pipe(
+          Effect.forkDaemon,
           Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
         )
       }
