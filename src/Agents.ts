@@ -128,8 +128,14 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     /** The decrypted credential of a profile of the cell, for the model providers; never for a response. */
     const credentialOf = (tenantId: string, environment: string, profileId: string) =>
+      Effect.flatMap(repo.credential(tenantId, environment, profileId), (row) => unseal(row, profileId))
+
+    /** A profile's credential from its sealed columns (none when it has none). */
+    const unseal = (
+      row: Pick<Repo.RevisionContext, "credential_ciphertext" | "credential_iv" | "credential_tag"> | undefined,
+      profileId: string
+    ) =>
       Effect.gen(function*() {
-        const row = yield* repo.credential(tenantId, environment, profileId)
         if (!row || row.credential_ciphertext === null || row.credential_iv === null || row.credential_tag === null) {
           return Option.none<Redacted.Redacted<string>>()
         }
@@ -235,6 +241,8 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       revisionWorkspace: (p: CellRef, revisionId: string) => dieOnSqlError(repo.revisionWorkspace(p.tenantId, p.environment, revisionId)),
       /** A run's pinned revision with its model profile (none when it is gone). */
       revisionContext: (revisionId: string) => dieOnSqlError(repo.revisionContext(revisionId)),
+      /** The credential of a revision context's model profile, decrypted. */
+      credentialOfContext: (context: Repo.RevisionContext) => unseal(context, context.model_profile_id),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
       createAgent: (p: CellRef, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),

@@ -5,7 +5,7 @@
  * the user's input in one transaction, then asks the cell to start the run's actor. If this process
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
-import { Clock, Duration, Effect, Option, Queue, Schema, Stream } from "effect"
+import { Clock, Duration, Effect, Exit, Option, Queue, Schema, Scope, Stream } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
@@ -111,19 +111,19 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       })
 
     // ---- runs ------------------------------------------------------------------------------------
-    /** Waits up to `seconds` for the run to be terminal; the run as it then is. */
-    const awaitTerminal = (runId: string, seconds: number) =>
-      Effect.scoped(Effect.gen(function*() {
-        const events = yield* bus.subscribe(runId)
-        const current = yield* repo.run(runId)
-        if (Option.isSome(current) && isTerminal(current.value.status)) return current.value
+    /**
+     * Waits up to `seconds` for a terminal event among `events` (a subscription made before the
+     * run's actor was told to start, so none is missed); the run as it then is.
+     */
+    const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow>, runId: string, seconds: number) =>
+      Effect.gen(function*() {
         yield* Queue.take(events).pipe(
           Effect.repeat({ until: (e) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) }),
           Effect.timeout(Duration.seconds(seconds)),
           Effect.option
         )
         return Option.getOrUndefined(yield* repo.run(runId))
-      }))
+      })
 
     /**
      * Once the admission committed, the cell starts the run's actor; with `Prefer: wait=N` the
@@ -131,16 +131,28 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
      */
     const admitted = (p: Principal, run: Run, prefer: string | undefined) =>
       Effect.gen(function*() {
+        const wait = preferredWait(prefer)
+        // With a wait, the run's events are followed from before its actor starts (after the commit:
+        // a rolled back admission subscribes to nothing); the continuation ends the subscription.
+        const subscription = yield* Scope.make()
+        let events: Queue.Dequeue<Repo.EventRow> | undefined
+        if (wait !== undefined) {
+          yield* afterCommit(Effect.map(Scope.extend(bus.subscribe(run.id), subscription), (q) => void (events = q)))
+        }
         yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id })), Cells, cells))
         yield* setResponseHeader("location", runPath(p, run.id))
-        const wait = preferredWait(prefer)
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
           yield* continueAfterCommit(
-            Effect.flatMap(awaitTerminal(run.id, wait), (waited) =>
-              waited !== undefined && isTerminal(waited.status)
-                ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
-                : Effect.succeedNone).pipe(Effect.orDie)
+            Effect.suspend(() => events === undefined ? Effect.succeed(undefined) : awaitTerminal(events, run.id, wait)).pipe(
+              Effect.flatMap((waited) =>
+                waited !== undefined && isTerminal(waited.status)
+                  ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
+                  : Effect.succeedNone
+              ),
+              Effect.ensuring(Scope.close(subscription, Exit.void)),
+              Effect.orDie
+            )
           )
         }
         return run

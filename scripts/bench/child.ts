@@ -70,13 +70,19 @@ export interface Service {
   readonly stop: () => Promise<void>
 }
 
+/**
+ * What runs the service: `BENCH_SERVICE_ENTRY=dist` the compiled build (`npm start`'s `dist/main.js`,
+ * built beforehand), else the sources through tsx (`npm run dev`).
+ */
+const entry = () => (process.env["BENCH_SERVICE_ENTRY"] === "dist" ? ["dist/main.js"] : ["--import", "tsx", "src/main.ts"])
+
 /** Starts the service on a free port and waits until it is ready. */
-export const startService = async (): Promise<Service> => {
+export const startService = async (env: Record<string, string> = {}): Promise<Service> => {
   const port = await freePort()
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "bench-service-"))
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  const child = spawn(process.execPath, [...(process.env["BENCH_SERVICE_NODE_ARGS"]?.split(" ").filter(Boolean) ?? []), ...entry()], {
     cwd: serviceDir,
-    env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, OPERATOR_TOKEN, LOG_LEVEL: "Error" },
+    env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, OPERATOR_TOKEN, LOG_LEVEL: "Error", ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""
@@ -85,12 +91,13 @@ export const startService = async (): Promise<Service> => {
   const base = `http://127.0.0.1:${port}`
   const stop = async () => {
     child.kill("SIGTERM")
-    await new Promise((r) => setTimeout(r, 2000))
-    if (child.exitCode === null) child.kill("SIGKILL")
+    for (let i = 0; i < 100 && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 100))
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
     fs.rmSync(dataDir, { recursive: true, force: true })
   }
   for (let i = 0; i < 600; i++) {
-    const up = await fetch(`${base}/readyz`).then((r) => r.ok, () => false)
+    // With a timeout: a connection accepted while the service is still starting can go unanswered.
+    const up = await fetch(`${base}/readyz`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false)
     if (up) break
     if (child.exitCode !== null) {
       await stop()

@@ -51,6 +51,7 @@ const CredentialRow = Schema.Struct({
 })
 
 /** The pinned revision of a run and its model profile: what a model step is called with. */
+/** A run's pinned revision with its model profile and the profile's sealed credential (one read per run). */
 export const RevisionContext = Schema.Struct({
   instructions: Schema.String,
   tool_ids: Schema.Array(Schema.String),
@@ -59,7 +60,10 @@ export const RevisionContext = Schema.Struct({
   model_profile_id: Schema.String,
   provider: Provider,
   model: Schema.String,
-  settings: Rows.JsonObject
+  settings: Rows.JsonObject,
+  credential_ciphertext: Schema.NullOr(Rows.Bytes),
+  credential_iv: Schema.NullOr(Rows.Bytes),
+  credential_tag: Schema.NullOr(Rows.Bytes)
 })
 export type RevisionContext = typeof RevisionContext.Type
 
@@ -201,7 +205,8 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
         ),
       /** What a run needs to call the model: the pinned revision and its model profile. */
       revisionContext: (revisionId: string) =>
-        sql`SELECT rv.instructions, rv.tool_ids, rv.memory, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings
+        sql`SELECT rv.instructions, rv.tool_ids, rv.memory, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings,
+                   mp.credential_ciphertext, mp.credential_iv, mp.credential_tag
             FROM agent_revisions rv JOIN model_profiles mp ON mp.id = rv.model_profile_id
             WHERE rv.id = ${revisionId}`.pipe(Rows.maybe(RevisionContext))
     } as const

@@ -81,6 +81,15 @@ const planCalls = (steps: ReadonlyArray<ScriptedStep>): ReadonlyArray<PlannedCal
   return calls
 }
 
+/**
+ * Whether call number `callIndex` answers at once: no sleep before it, and an answer (text or tool
+ * calls), not a failure (which the run actor retries after a pause when it is a rate limit).
+ */
+export const answersAtOnce = (settings: ScriptedSettings, callIndex: number): boolean => {
+  const call = planCall(planCalls(settings.steps), callIndex)
+  return call.sleeps.length === 0 && (call.step.type === "text" || call.step.type === "tool_call")
+}
+
 /** Number of assistant turns in the prompt; consecutive assistant messages are one turn. */
 export const assistantTurns = (prompt: Prompt.Prompt): number => {
   let turns = 0

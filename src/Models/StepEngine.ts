@@ -116,6 +116,29 @@ const filesOf = (parts: ReadonlyArray<{ readonly type: string }>): Array<Produce
     return [{ filename, content_type: file.mediaType, data: Buffer.from(file.data).toString("base64") }]
   })
 
+/**
+ * Whether the model call `input` asks for is made here and answers at once (the scripted model's
+ * answer with no sleep before it): nothing outside the process happens before its answer, so the
+ * run actor may commit the run's start together with that answer (one transaction, issue 20).
+ */
+export const answersAtOnce = (input: {
+  readonly profile: Pick<StepInput["profile"], "provider" | "settings">
+  readonly conversation: StepInput["conversation"]
+}): boolean => {
+  if (input.profile.provider !== "scripted") return false
+  const settings = Schema.decodeUnknownOption(ScriptedSettings)(input.profile.settings)
+  if (Option.isNone(settings)) return false
+  // the model's call number: its assistant turns so far (consecutive assistant items are one)
+  let turns = 0
+  let previous = false
+  for (const item of input.conversation) {
+    const assistant = item.type === "assistant_message" || item.type === "tool_call"
+    if (assistant && !previous) turns++
+    previous = assistant
+  }
+  return Scripted.answersAtOnce(settings.value, turns)
+}
+
 const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guardedHttp: HttpClient.HttpClient) => {
   const httpLayer = Layer.succeed(HttpClient.HttpClient, http)
   const guardedHttpLayer = Layer.succeed(HttpClient.HttpClient, guardedHttp)

@@ -2,7 +2,8 @@
  * OpenTelemetry traces (issue 15, deliverable 4): spans exported over OTLP/HTTP by
  * `@effect/opentelemetry`'s own exporter (`OtlpTracer`, no OpenTelemetry SDK), configured by the
  * standard `OTEL_*` variables read through Effect `Config`. Off unless an endpoint is set: then
- * `TracingLive` is `Layer.empty` and Effect keeps its built-in tracer, which exports nothing.
+ * `TracingLive` turns Effect's tracer off (spans would be made and dropped: no export, and a
+ * measurable cost per request, issue 20).
  *
  *   - `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is) or `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces`
  *     appended): where spans go. Neither set, `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`: off.
@@ -171,7 +172,7 @@ const lowCardinalityNames = (tracer: Tracer.Tracer): Tracer.Tracer =>
 
 /** Tracing as the environment says: the OTLP exporter, or nothing at all. */
 export const TracingLive: Layer.Layer<never, ConfigError.ConfigError> = Layer.unwrapEffect(
-  Effect.map(TracingConfig, Option.match({ onNone: () => Layer.empty, onSome: layerWith }))
+  Effect.map(TracingConfig, Option.match({ onNone: () => Layer.setTracerEnabled(false), onSome: layerWith }))
 )
 
 /**

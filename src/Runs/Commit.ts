@@ -40,6 +40,27 @@ type Locked = Pick<
   "status" | "status_reason" | "last_sequence" | "started_at" | "completed_at" | "execution_deadline_at"
 >
 
+/**
+ * The run as a commit of `p` leaves it (the row the store wrote): the run actor goes on from it
+ * without reading the run again.
+ */
+export const applied = (locked: Omit<RunRow, "last_event_id">, p: Plan, lastEventId: string | null): RunRow => ({
+  ...locked,
+  status: p.status,
+  status_reason: p.reason,
+  last_sequence: p.lastSequence,
+  input_tokens: locked.input_tokens + p.added.inputTokens,
+  output_tokens: locked.output_tokens + p.added.outputTokens,
+  model_calls: locked.model_calls + p.added.modelCalls,
+  tool_calls: locked.tool_calls + p.added.toolCalls,
+  started_at: p.startedAt,
+  completed_at: p.completedAt,
+  execution_deadline_at: p.executionDeadlineAt,
+  output: p.output === undefined ? locked.output : p.output,
+  required_action: p.requiredAction === undefined ? locked.required_action : p.requiredAction,
+  last_event_id: lastEventId
+})
+
 export const plan = (
   locked: Locked,
   commits: ReadonlyArray<Commit>,

@@ -13,7 +13,7 @@ import { EnvironmentName, makeId } from "../Kernel/Ids.js"
 import { afterCommit } from "../Kernel/RequestContext.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
 import { countAdmission, countRunCommit, usedNow } from "../Quotas/Repo.js"
-import { plan } from "./Commit.js"
+import { applied, plan } from "./Commit.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
@@ -102,22 +102,16 @@ const make = Effect.gen(function*() {
       return { _tag: "Admitted", eventId } as const
     })
 
+  /**
+   * Appends items after the conversation's last one, in one statement (the position read and the
+   * rows written together).
+   */
   const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
-    Effect.gen(function*() {
-      if (items.length === 0) return
-      const { next } = yield* sql`
-        SELECT COALESCE(MAX(position), 0) + 1 AS next FROM conversation_items WHERE conversation_id = ${conversationId}`
-        .pipe(Rows.single(Schema.Struct({ next: Schema.Number })))
-      yield* sql`INSERT INTO conversation_items ${
-        sql.insert(items.map((item, i) => ({
-          conversation_id: conversationId,
-          position: next + i,
-          run_id: runId,
-          item: JSON.stringify(item),
-          created_at: at
-        })))
-      }`
-    })
+    items.length === 0 ? Effect.void : sql`
+      INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
+      SELECT ${conversationId}, last.position + t.ordinality, ${runId}, t.item, ${at}
+      FROM (SELECT COALESCE(MAX(position), 0) AS position FROM conversation_items WHERE conversation_id = ${conversationId}) last,
+           jsonb_array_elements(${JSON.stringify(items)}::jsonb) WITH ORDINALITY AS t(item, ordinality)`.pipe(Effect.asVoid)
 
   /**
    * The run's row for a commit of the run actor of cell generation `fence`: the run locked, its
@@ -138,7 +132,9 @@ const make = Effect.gen(function*() {
         ).pipe(Effect.annotateLogs({ run_id: runId }))
         return yield* Effect.interrupt
       }
-      return row
+      if (row === undefined) return undefined
+      const { fence_generation: _, ...locked } = row
+      return locked
     })
 
   const commitAll = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
@@ -153,11 +149,10 @@ const make = Effect.gen(function*() {
       const p = planned.right
       const events: Array<EventRow> = []
       for (const e of p.events) {
-        const id = yield* makeId("evt")
-        yield* sql`INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
-                   VALUES (${runId}, ${e.sequence}, ${id}, ${e.type}, ${JSON.stringify(e.data)}::jsonb, ${at})`
-        events.push({ id, run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
+        events.push({ id: yield* makeId("evt"), run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
       }
+      // the commit's events in one statement (each still notified by the row trigger, at commit)
+      yield* sql`INSERT INTO run_events ${sql.insert(events.map((e) => ({ ...e, data: JSON.stringify(e.data) })))}`
       // The quota counters (D16) in the same statement: a run that ended frees its place, a model call's tokens count.
       const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
       const tokens = p.added.inputTokens + p.added.outputTokens
@@ -198,7 +193,12 @@ const make = Effect.gen(function*() {
                   ${locked.agent_revision_id}, ${u.model_profile_id ?? null}, ${u.provider ?? null}, ${u.model ?? null},
                   ${u.tool_id ?? null}, ${u.input_tokens}, ${u.output_tokens}, ${at})`
       }
-      return Either.right({ status: p.status, from: locked.status, events: events as ReadonlyArray<EventRow> })
+      return Either.right({
+        status: p.status,
+        from: locked.status,
+        events: events as ReadonlyArray<EventRow>,
+        row: applied(locked, p, events.at(-1)?.id ?? null)
+      })
     })).pipe(
       // Counted once committed: now, or after the enclosing request's transaction (a cancel).
       Effect.tap((committed) =>

@@ -159,7 +159,10 @@ export interface RunStoreShape {
     commits: ReadonlyArray<Commit>,
     fence?: number
   ) => Effect.Effect<
-    Either.Either<{ readonly status: RunState.RunStatus; readonly events: ReadonlyArray<EventRow> }, RunState.TransitionRefused>,
+    Either.Either<
+      { readonly status: RunState.RunStatus; readonly events: ReadonlyArray<EventRow>; readonly row: RunRow },
+      RunState.TransitionRefused
+    >,
     SqlError
   >
   /**

@@ -11,7 +11,7 @@ import { Clock, Effect, Either, Layer, Option } from "effect"
 import { exhausted, type QuotaLimits, type QuotaUsed, RUN_QUOTAS, utcDay } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
-import { plan } from "./Commit.js"
+import { applied, plan } from "./Commit.js"
 import {
   type Admission,
   type Commit,
@@ -117,27 +117,13 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
         addEvent(row)
         written.push(row)
       }
-      runs.set(runId, {
-        ...locked,
-        status: p.status,
-        status_reason: p.reason,
-        last_sequence: p.lastSequence,
-        input_tokens: locked.input_tokens + p.added.inputTokens,
-        output_tokens: locked.output_tokens + p.added.outputTokens,
-        model_calls: locked.model_calls + p.added.modelCalls,
-        tool_calls: locked.tool_calls + p.added.toolCalls,
-        started_at: p.startedAt,
-        completed_at: p.completedAt,
-        execution_deadline_at: p.executionDeadlineAt,
-        output: p.output === undefined ? locked.output : p.output,
-        required_action: p.requiredAction === undefined ? locked.required_action : p.requiredAction,
-        last_event_id: written.at(-1)?.id ?? locked.last_event_id
-      })
+      const row = applied(locked, p, written.at(-1)?.id ?? locked.last_event_id)
+      runs.set(runId, row)
       addItems(locked.conversation_id, p.items)
       for (const u of p.usage) usage.push({ ...u, run_id: runId })
       const tokensKey = `${locked.tenant_id}/${locked.environment}/${utcDay(at)}`
       tokensByDay.set(tokensKey, (tokensByDay.get(tokensKey) ?? 0) + p.added.inputTokens + p.added.outputTokens)
-      return Either.right({ status: p.status, events: written as ReadonlyArray<EventRow> })
+      return Either.right({ status: p.status, events: written as ReadonlyArray<EventRow>, row })
     }))
 
   const run = (id: string) => Effect.sync(() => Option.fromNullable(runs.get(id)))

@@ -25,7 +25,7 @@ import { MEMORY_TOOLS } from "../Domain/Memory.js"
 import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
-import { StepEngine } from "../Models/StepEngine.js"
+import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
 import { Tools } from "../Tools.js"
@@ -100,7 +100,23 @@ export const run = (runId: string, options: ActorOptions) =>
      * Commits, fenced by the cell's generation (a cell restored elsewhere interrupts this actor); a
      * refusal means someone else (a cancel, a budget) changed the run first.
      */
-    const commit = (...commits: ReadonlyArray<Commit>) => Effect.map(repo.commitAll(runId, commits, options.cellGeneration), Either.isRight)
+    const commit = (...commits: ReadonlyArray<Commit>) =>
+      Effect.suspend(() => {
+        const all = pendingStart === undefined ? commits : [pendingStart, ...commits]
+        pendingStart = undefined
+        return Effect.map(repo.commitAll(runId, all, options.cellGeneration), Either.isRight)
+      })
+
+    /**
+     * The run's start, not committed yet: it goes with the run's next commit (issue 20: a step that
+     * answers at once commits start, answer and end in one transaction). Anything that leaves the
+     * process (a remote model, a tool, a sleep) commits it first (`flushStart`), so the run is
+     * `running` while it waits. Kept in the actor only, so a crash before the commit leaves the run
+     * `queued`, and the next owner starts it again.
+     */
+    let pendingStart: Commit | undefined
+    /** Commits a pending start on its own; false when the run may no longer be driven by this actor. */
+    const flushStart = Effect.suspend(() => (pendingStart === undefined ? Effect.succeed(true) : commit()))
 
     const load = Effect.map(repo.run(runId), Option.getOrUndefined)
 
@@ -120,7 +136,7 @@ export const run = (runId: string, options: ActorOptions) =>
           yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
           return
         }
-        const credential = yield* agents.credentialOf(row.tenant_id, row.environment, agent.model_profile_id)
+        const credential = yield* agents.credentialOfContext(agent)
         const offered = yield* tools.toolRows(agent.tool_ids)
         const memory = agent.memory === true
         const definitions = [
@@ -157,6 +173,10 @@ export const run = (runId: string, options: ActorOptions) =>
           }
           // Calls the model proposed and nobody answered yet come first (after a restart too).
           const pending = ToolCalls.unresolved(decoded.right)
+          const conversation = decoded.right
+          if (!answersAtOnce({ profile: agent, conversation }) || pending.length > 0) {
+            if (!(yield* flushStart)) return
+          }
           if (pending.length > 0) {
             for (const call of pending) {
               if ((yield* ToolCalls.resolve(toolEnv, call)) === "stop") return
@@ -169,8 +189,8 @@ export const run = (runId: string, options: ActorOptions) =>
             credential,
             instructions: agent.instructions,
             tools: definitions,
-            conversation: decoded.right,
-            files: inputs ??= yield* RunFiles.inputFiles(row, decoded.right),
+            conversation,
+            files: inputs ??= yield* RunFiles.inputFiles(row, conversation),
             runId
           }).pipe(
             Effect.retry({
@@ -290,14 +310,20 @@ export const run = (runId: string, options: ActorOptions) =>
             yield* commit({ trigger: ending })
             return
           }
-          const started = yield* commit({
+          // The start is committed with the first step's answer when that answers at once, else
+          // before the step (`flushStart`); the run is driven as started from now.
+          const now = yield* Clock.currentTimeMillis
+          pendingStart = {
             trigger: Trigger.Start(),
             data: { cell_generation: options.cellGeneration },
             executionSeconds: budgets.executionSeconds
-          })
-          if (!started) return
-          const running = yield* load
-          if (running) yield* phaseRunning(running, true)
+          }
+          yield* phaseRunning({
+            ...row,
+            status: "running",
+            started_at: new Date(now),
+            execution_deadline_at: new Date(now + budgets.executionSeconds * 1000)
+          }, true)
         }).pipe(Effect.ensuring(options.slots.release(1)))
       })
 

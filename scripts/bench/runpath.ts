@@ -1,0 +1,373 @@
+/**
+ * The run path's benchmarks (issue 20), out of process: the service runs as a child process on the
+ * bench's own Postgres (scripts/bench/pg.ts: fsync on, pg_stat_statements), and autocannon drives
+ * it over HTTP from this process. Each figure is printed with a baseline measured in the same run
+ * and the ratio, and each load phase with what one run cost: the service's CPU, Postgres's CPU,
+ * top-level SQL statements (BEGIN/COMMIT apart) and write transactions (the xid counter's advance).
+ *
+ *   1. A scripted run end to end (`Prefer: wait`) at C=1 and C=16 over 32 cells, vs a durable
+ *      workflow in DBOS's shape (start + 1 step + result: 3 write transactions, in process, no
+ *      HTTP) on the same Postgres at the same concurrency.
+ *   2. Admission (202) at C=16 vs single-row INSERT transactions at C=16.
+ *   3. `GET run` vs a bare node:http hello world (its own child process) at C=16.
+ *   4. Cost stays flat: an events page near the end of a 100,000-event run vs a 10-event run;
+ *      (full mode) admission with 1M stored runs vs the empty database.
+ */
+import autocannon from "autocannon"
+import { spawn } from "node:child_process"
+import { randomUUID } from "node:crypto"
+import { createRequire } from "node:module"
+
+import { freePort, json, OPERATOR_TOKEN, type Service, startService } from "./child.js"
+import { type BenchPostgres, cpuMs, startPostgres } from "./pg.js"
+
+const require = createRequire(import.meta.url)
+interface PgClient {
+  connect(): Promise<void>
+  query(text: string, values?: ReadonlyArray<unknown>): Promise<{ rows: Array<Record<string, any>> }>
+  end(): Promise<void>
+}
+const pg = require("pg") as { Client: new(config: { connectionString: string }) => PgClient }
+
+export type Report = (name: string, figure: number, unit: string, baseline: number, target: string, met: boolean) => void
+
+const CELLS = 32
+
+interface Cell {
+  readonly P: string
+  readonly key: string
+  readonly tenant: string
+  readonly workspace: string
+  readonly revision: string
+}
+
+const provision = async (service: Service, i: number): Promise<Cell> => {
+  const base = service.base
+  const pilot = await json(base, "POST", "/operator/v1/pilot-applications", OPERATOR_TOKEN, {
+    organization_name: `Bench ${i}`,
+    contact_email: "b@bench.test"
+  })
+  const approved = await json(base, "POST", `/operator/v1/pilot-applications/${pilot.id}/approve`, OPERATOR_TOKEN)
+  const tenant = approved.tenant_id as string
+  const key = await json(base, "POST", `/operator/v1/tenants/${tenant}/environments/sandbox/api-keys`, OPERATOR_TOKEN, {
+    name: "bench",
+    scopes: ["agents:read", "agents:write", "conversations:read", "conversations:write", "runs:read", "runs:write"]
+  })
+  const P = `/v1/tenants/${tenant}/environments/sandbox`
+  const k = key.secret as string
+  const ws = await json(base, "POST", `${P}/workspaces`, k, { name: "w" })
+  const agent = await json(base, "POST", `${P}/agents`, k, { workspace_id: ws.data.id, name: "a" })
+  const mp = await json(base, "POST", `${P}/model-profiles`, k, {
+    name: "s",
+    provider: "scripted",
+    model: "s",
+    settings: { steps: [{ type: "text", text: "ok {{input}}" }] }
+  })
+  const rev = await json(base, "POST", `${P}/agents/${agent.data.id}/revisions`, k, {
+    model_profile_id: mp.data.id,
+    instructions: "",
+    tool_ids: []
+  })
+  return { P, key: k, tenant, workspace: ws.data.id, revision: rev.data.id }
+}
+
+/** `count` new conversations per cell, written directly (the bench measures runs, not conversations). */
+const conversations = async (db: BenchPostgres, cells: ReadonlyArray<Cell>, count: number, tag: string) => {
+  const out: Array<{ cell: Cell; id: string }> = []
+  for (const [i, cell] of cells.entries()) {
+    const rows = await db.query(
+      `INSERT INTO conversations (id, tenant_id, environment, workspace_id, agent_revision_id, created_by_key_id, created_at)
+       SELECT 'conv_bench_' || $1 || '_' || $2 || '_' || g, c.tenant_id, c.environment, c.workspace_id, c.agent_revision_id,
+              k.id, now()
+       FROM generate_series(1, $3) g, (SELECT * FROM agent_revisions WHERE id = $4) r
+       JOIN LATERAL (SELECT $5::text AS tenant_id, 'sandbox' AS environment, $6::text AS workspace_id, r.id AS agent_revision_id) c ON true
+       JOIN LATERAL (SELECT id FROM api_keys WHERE tenant_id = $5 ORDER BY created_at LIMIT 1) k ON true
+       RETURNING id`,
+      [tag, i, count, cell.revision, cell.tenant, cell.workspace]
+    )
+    for (const r of rows) out.push({ cell, id: r.id })
+  }
+  // interleave the cells
+  return out.sort((a, b) => (a.id.split("_").pop()! < b.id.split("_").pop()! ? -1 : 1))
+}
+
+interface Costs {
+  readonly node: number
+  readonly pg: number
+  readonly statements: number
+  readonly txControl: number
+  readonly xids: number
+}
+
+/** What `work` cost, per unit of what it returns. */
+const measured = async <A extends { readonly count: number }>(db: BenchPostgres, service: Service, work: () => Promise<A>) => {
+  await db.resetStatements()
+  const node0 = cpuMs(service.pid)
+  const pg0 = db.cpu()
+  const x0 = await db.xid()
+  const result = await work()
+  const x1 = await db.xid()
+  const node1 = cpuMs(service.pid)
+  const pg1 = db.cpu()
+  const s = await db.statements()
+  const n = Math.max(1, result.count)
+  const costs: Costs = {
+    node: (node1 - node0) / n,
+    pg: (pg1 - pg0) / n,
+    statements: s.statements / n,
+    txControl: s.txControl / n,
+    // the bench's own xid reads take none; the cluster runner's heartbeat a few per second
+    xids: (x1 - x0) / n
+  }
+  return { result, costs }
+}
+
+const printCosts = (label: string, c: Costs) =>
+  console.log(
+    `    per ${label}: node CPU ${c.node.toFixed(2)} ms, Postgres CPU ${c.pg.toFixed(2)} ms, ${c.statements.toFixed(1)} statements` +
+      ` (+${c.txControl.toFixed(1)} BEGIN/COMMIT), ${c.xids.toFixed(2)} write tx`
+  )
+
+/** A closed loop of `connections` over HTTP for `seconds`. */
+const load = (options: autocannon.Options) =>
+  new Promise<autocannon.Result>((resolve, reject) =>
+    autocannon({ ...options }, (error, result) => (error ? reject(error) : resolve(result)))
+  )
+
+type Conversation = { readonly cell: Cell; readonly id: string }
+
+/** `createRun` on the conversation `take` gives, each request's own idempotency key; `prefer`: its Prefer header. */
+const createRuns = (
+  service: Service,
+  connections: number,
+  seconds: number,
+  take: () => Conversation,
+  options: { readonly prefer?: string; readonly answered?: (status: number, body: string, c: Conversation) => void } = {}
+) =>
+  load({
+    url: service.base,
+    connections,
+    duration: seconds,
+    requests: [{
+      method: "POST",
+      setupRequest: (req: any, context: any) => {
+        const c = take()
+        context.conv = c
+        return {
+          ...req,
+          path: `${c.cell.P}/conversations/${c.id}/runs`,
+          headers: {
+            "content-type": "application/json",
+            authorization: `Bearer ${c.cell.key}`,
+            "idempotency-key": randomUUID(),
+            ...(options.prefer === undefined ? {} : { prefer: options.prefer })
+          },
+          body: JSON.stringify({ input: [{ type: "text", text: "x" }] })
+        }
+      },
+      onResponse: (status: number, body: string, context: any) => options.answered?.(status, body, context.conv)
+    }] as any
+  })
+
+/** Runs with `Prefer: wait`, each connection's conversation free again once its run answered. */
+const endToEnd = async (service: Service, pool: ReadonlyArray<Conversation>, connections: number, seconds: number) => {
+  const free = pool.slice()
+  const result = await createRuns(service, connections, seconds, () => free.pop()!, {
+    prefer: "wait=10",
+    answered: (status, body, c) => {
+      if (status !== 200 || !body.includes(`"status":"succeeded"`)) console.log(`    unexpected: ${status} ${body.slice(0, 200)}`)
+      free.push(c)
+    }
+  })
+  return { count: result["2xx"], result }
+}
+
+/** Admissions (202), each on a fresh conversation. */
+const admission = async (service: Service, fresh: Array<Conversation>, connections: number, seconds: number) => {
+  const result = await createRuns(service, connections, seconds, () => {
+    const c = fresh.pop()
+    if (c === undefined) throw new Error("the bench ran out of fresh conversations: raise its pool")
+    return c
+  })
+  return { count: result["2xx"], result }
+}
+
+/** Single-row INSERT transactions, `connections` clients in a closed loop: the admission baseline. */
+const inserts = async (url: string, connections: number, seconds: number) => {
+  const clients = await Promise.all(Array.from({ length: connections }, async () => {
+    const c = new pg.Client({ connectionString: url })
+    await c.connect()
+    return c
+  }))
+  await clients[0]!.query(
+    `CREATE TABLE IF NOT EXISTS bench_rows (id text PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL)`
+  )
+  let count = 0
+  const until = performance.now() + seconds * 1000
+  await Promise.all(clients.map(async (c) => {
+    while (performance.now() < until) {
+      await c.query(`INSERT INTO bench_rows (id, payload, created_at) VALUES ($1, $2, now())`, [randomUUID(), "{\"x\":1}"])
+      count++
+    }
+  }))
+  await Promise.all(clients.map((c) => c.end()))
+  return count / seconds
+}
+
+/**
+ * A durable workflow in DBOS's shape (its `workflow_status` and `operation_outputs`): start (one
+ * write transaction), one step's output (one), the result (one), `connections` at once, in
+ * process, no HTTP.
+ */
+const workflows = async (url: string, connections: number, seconds: number) => {
+  const clients = await Promise.all(Array.from({ length: connections }, async () => {
+    const c = new pg.Client({ connectionString: url })
+    await c.connect()
+    return c
+  }))
+  await clients[0]!.query(`
+    CREATE TABLE IF NOT EXISTS bench_workflow_status (
+      workflow_uuid text PRIMARY KEY, status text NOT NULL, name text NOT NULL, inputs text, output text,
+      created_at bigint NOT NULL, updated_at bigint NOT NULL);
+    CREATE TABLE IF NOT EXISTS bench_operation_outputs (
+      workflow_uuid text NOT NULL REFERENCES bench_workflow_status (workflow_uuid), function_id int NOT NULL,
+      output text, PRIMARY KEY (workflow_uuid, function_id))`)
+  let count = 0
+  const latencies: Array<number> = []
+  const until = performance.now() + seconds * 1000
+  await Promise.all(clients.map(async (c) => {
+    while (performance.now() < until) {
+      const t0 = performance.now()
+      const id = randomUUID()
+      await c.query(
+        `INSERT INTO bench_workflow_status (workflow_uuid, status, name, inputs, created_at, updated_at)
+         VALUES ($1, 'PENDING', 'run', $2, $3, $3) ON CONFLICT (workflow_uuid) DO UPDATE SET updated_at = EXCLUDED.updated_at
+         RETURNING status`,
+        [id, "[\"x\"]", Date.now()]
+      )
+      await c.query(`SELECT output FROM bench_operation_outputs WHERE workflow_uuid = $1 AND function_id = 0`, [id])
+      await c.query(`INSERT INTO bench_operation_outputs (workflow_uuid, function_id, output) VALUES ($1, 0, $2)`, [id, "\"ok x\""])
+      await c.query(
+        `UPDATE bench_workflow_status SET status = 'SUCCESS', output = $2, updated_at = $3 WHERE workflow_uuid = $1`,
+        [id, "\"ok x\"", Date.now()]
+      )
+      latencies.push(performance.now() - t0)
+      count++
+    }
+  }))
+  await Promise.all(clients.map((c) => c.end()))
+  latencies.sort((a, b) => a - b)
+  return { perSecond: count / seconds, p50: latencies[Math.floor(latencies.length / 2)] ?? NaN }
+}
+
+/** A bare node:http hello world in its own process: the GET baseline. */
+const helloWorld = async () => {
+  const port = await freePort()
+  const child = spawn(process.execPath, [
+    "-e",
+    `require("node:http").createServer((q, s) => { s.writeHead(200, { "content-type": "application/json" }); s.end('{"hello":"world"}') }).listen(${port}, "127.0.0.1")`
+  ], { stdio: "ignore" })
+  for (let i = 0; i < 100; i++) {
+    if (await fetch(`http://127.0.0.1:${port}/`).then(() => true, () => false)) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return { url: `http://127.0.0.1:${port}`, stop: () => child.kill("SIGKILL") }
+}
+
+export const runPathBench = async (options: { readonly quick: boolean; readonly report: Report }) => {
+  const { quick, report } = options
+  const seconds = quick ? 3 : 8
+  const db = await startPostgres()
+  let service: Service | undefined
+  try {
+    service = await startService({
+      DATABASE_URL: db.url,
+      CELL_RATE_LIMIT_RPS: "1000000",
+      CELL_RATE_LIMIT_BURST: "1000000",
+      QUOTA_SANDBOX_RUNS_PER_DAY: "100000000",
+      QUOTA_SANDBOX_CONCURRENT_RUNS: "100000"
+    })
+    const svc = service
+    console.log(`  service up (pid ${svc.pid})`)
+    const cells = await Promise.all(Array.from({ length: CELLS }, (_, i) => provision(svc, i)))
+    console.log(`  ${CELLS} cells provisioned; service pid ${svc.pid}, Postgres pid ${db.pid}`)
+    const warm = await conversations(db, cells, 2, "warm")
+    await endToEnd(svc, warm, 16, 2)
+
+    // ---- 1. end to end ---------------------------------------------------------------------
+    const pool = await conversations(db, cells, 2, "e2e")
+    const c1 = await measured(db, svc, () => endToEnd(svc, pool, 1, seconds))
+    console.log(`  end to end, C=1: ${(c1.result.count / seconds).toFixed(1)} runs/s, p50 ${c1.result.result.latency.p50} ms`)
+    printCosts("run", c1.costs)
+    const c16 = await measured(db, svc, () => endToEnd(svc, pool, 16, seconds))
+    const e2e16 = c16.result.count / seconds
+    console.log(`  end to end, C=16: ${e2e16.toFixed(1)} runs/s, p50 ${c16.result.result.latency.p50} ms`)
+    printCosts("run", c16.costs)
+    const wf1 = await workflows(db.url, 1, seconds)
+    const wf16 = await workflows(db.url, 16, seconds)
+    console.log(
+      `  durable workflow (DBOS's shape, in process): C=1 ${wf1.perSecond.toFixed(1)}/s p50 ${wf1.p50.toFixed(2)} ms;` +
+        ` C=16 ${wf16.perSecond.toFixed(1)}/s`
+    )
+    report("scripted run end to end, C=16", e2e16, "runs/s", wf16.perSecond, ">= 1.5x DBOS's workflows/s", e2e16 >= 1.5 * wf16.perSecond)
+    report(
+      "scripted run end to end, C=1, p50",
+      c1.result.result.latency.p50,
+      "ms",
+      wf1.p50,
+      "p50 <= 10 ms",
+      c1.result.result.latency.p50 <= 10
+    )
+    report("node CPU per run (C=16)", c16.costs.node, "ms", 3, "<= 3 ms", c16.costs.node <= 3)
+    report("SQL statements per run (C=16)", c16.costs.statements, "", 12, "<= 12", c16.costs.statements <= 12)
+    report("write transactions per run (C=16)", c16.costs.xids, "", 2, "<= 2", c16.costs.xids <= 2)
+
+    // ---- 2. admission --------------------------------------------------------------------------
+    const fresh = await conversations(db, cells, quick ? 60 : 150, "adm")
+    const adm = await measured(db, svc, () => admission(svc, fresh, 16, seconds))
+    const admitted = adm.result.count / seconds
+    console.log(`  admission (202), C=16: ${admitted.toFixed(1)} runs/s, p50 ${adm.result.result.latency.p50} ms`)
+    printCosts("admission (and its run)", adm.costs)
+    const insertRate = await inserts(db.url, 16, seconds)
+    report("run admission (202), C=16", admitted, "runs/s", insertRate, ">= 0.6x single-row INSERT tx/s", admitted >= 0.6 * insertRate)
+
+    // ---- 3. GET run ----------------------------------------------------------------------------
+    const sample = pool[0]!
+    const runs = await json(svc.base, "GET", `${sample.cell.P}/runs?limit=1`, sample.cell.key).catch(() => undefined)
+    const runId = runs?.data?.[0]?.id ??
+      (await db.query(`SELECT id FROM runs WHERE tenant_id = $1 ORDER BY id DESC LIMIT 1`, [sample.cell.tenant]))[0]!.id
+    const get = await load({
+      url: `${svc.base}${sample.cell.P}/runs/${runId}`,
+      connections: 16,
+      duration: seconds,
+      headers: { authorization: `Bearer ${sample.cell.key}` }
+    })
+    const hello = await helloWorld()
+    const bare = await load({ url: hello.url, connections: 16, duration: seconds })
+    hello.stop()
+    if (get.non2xx > 0) console.log(`    GET run: ${get.non2xx} non-2xx answers`)
+    report(
+      "GET run, C=16",
+      get.requests.average,
+      "req/s",
+      bare.requests.average,
+      ">= 0.5x node:http hello world",
+      get.requests.average >= 0.5 * bare.requests.average
+    )
+  } finally {
+    await service?.stop()
+    await db.stop()
+  }
+}
+
+/** For profiling (scratch): provisions, warms, then one load phase; the window it ran in. */
+export const __profile = async (db: BenchPostgres, svc: Service, mode: string) => {
+  const cells = await Promise.all(Array.from({ length: CELLS }, (_, i) => provision(svc, i)))
+  await endToEnd(svc, await conversations(db, cells, 2, "warm"), 16, 2)
+  const pool = await conversations(db, cells, mode === "e2e" ? 2 : 100, "p")
+  const from = Date.now()
+  const m = await measured(db, svc, () => mode === "e2e" ? endToEnd(svc, pool, 16, 10) : admission(svc, pool, 16, 10))
+  printCosts("run", m.costs)
+  for (const s of await db.topStatements(40)) console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
+  return { from, to: Date.now(), count: m.result.count }
+}
