@@ -140,6 +140,16 @@ export const startPostgres = async (): Promise<BenchPostgres> => {
   await db.connect()
   await db.query("CREATE EXTENSION pg_stat_statements")
   const postmaster = Number(fs.readFileSync(path.join(data, "postmaster.pid"), "utf8").split("\n")[0])
+  // a bench that dies (an error, ^C, a closed pipe) takes its Postgres with it
+  const orphaned = () => {
+    try {
+      process.kill(postmaster, "SIGQUIT")
+    } catch {
+      // stopped already
+    }
+  }
+  process.once("exit", orphaned)
+  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(130))
   const query = async (text: string, values?: ReadonlyArray<unknown>) => (await db.query(text, values)).rows
   return {
     url: url.replace(/\/postgres$/, "/bench"),
@@ -176,6 +186,7 @@ export const startPostgres = async (): Promise<BenchPostgres> => {
       for (let i = 0; i < 100 && alive(); i++) await new Promise((r) => setTimeout(r, 100))
       if (alive()) process.kill(postmaster, "SIGKILL")
       child.kill("SIGKILL")
+      process.off("exit", orphaned)
       fs.rmSync(dir, { recursive: true, force: true })
     }
   }

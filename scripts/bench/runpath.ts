@@ -274,6 +274,43 @@ const helloWorld = async () => {
   return { url: `http://127.0.0.1:${port}`, stop: () => child.kill("SIGKILL") }
 }
 
+/** A finished run padded to `n` events (sequences 5..n, as a long run has), and the id of event n-60: a page's cursor. */
+const paddedRun = async (db: BenchPostgres, service: Service, c: Conversation, n: number) => {
+  const res = await json(service.base, "POST", `${c.cell.P}/conversations/${c.id}/runs`, c.cell.key, {
+    input: [{ type: "text", text: "x" }]
+  })
+  const runId = res.data.id as string
+  for (let i = 0; i < 100; i++) {
+    const [row] = await db.query(`SELECT status FROM runs WHERE id = $1`, [runId])
+    if (row!.status === "succeeded") break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  await db.query(
+    `INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
+     SELECT $1, g, 'evt_bench_' || $1 || '_' || g, 'run.message', '{"role":"assistant"}'::jsonb, now() FROM generate_series(5, $2) g`,
+    [runId, n]
+  )
+  await db.query(`UPDATE runs SET last_sequence = $2 WHERE id = $1`, [runId, Math.max(n, 4)])
+  const [cursor] = await db.query(`SELECT id FROM run_events WHERE run_id = $1 AND sequence = $2`, [runId, Math.max(1, n - 60)])
+  return { runId, cursor: cursor!.id as string }
+}
+
+/** `count` stored runs more (finished), copied from a run of the cell's, as a long-lived database has. */
+const storeRuns = async (db: BenchPostgres, template: string, count: number) => {
+  const columns = (await db.query(
+    `SELECT column_name FROM information_schema.columns WHERE table_name = 'runs' AND column_name <> 'id' ORDER BY ordinal_position`
+  )).map((r) => r.column_name as string)
+  for (let done = 0; done < count; done += 100_000) {
+    await db.query(
+      `INSERT INTO runs (id, ${columns.join(", ")})
+       SELECT 'run_bench_' || g, ${columns.map((c) => `t.${c}`).join(", ")}
+       FROM generate_series($2::int + 1, $2::int + $3::int) g, (SELECT * FROM runs WHERE id = $1) t`,
+      [template, done, Math.min(100_000, count - done)]
+    )
+  }
+  await db.query(`ANALYZE runs`)
+}
+
 export const runPathBench = async (options: { readonly quick: boolean; readonly report: Report }) => {
   const { quick, report } = options
   const seconds = quick ? 3 : 8
@@ -354,6 +391,46 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
       ">= 0.5x node:http hello world",
       get.requests.average >= 0.5 * bare.requests.average
     )
+
+    // ---- 4. cost stays flat --------------------------------------------------------------------
+    const [smallConv, largeConv] = await conversations(db, [sample.cell], 2, "flat")
+    const big = quick ? 20_000 : 100_000
+    const small = await paddedRun(db, svc, smallConv!, 111)
+    const large = await paddedRun(db, svc, largeConv!, big)
+    await db.query("ANALYZE run_events")
+    const page = (r: { runId: string; cursor: string }) =>
+      load({
+        url: `${svc.base}${sample.cell.P}/runs/${r.runId}/events?limit=50&cursor=${r.cursor}`,
+        connections: 1,
+        duration: quick ? 2 : 4,
+        headers: { authorization: `Bearer ${sample.cell.key}` }
+      })
+    const smallPage = await page(small)
+    const largePage = await page(large)
+    report(
+      `events page read (mean), ${big.toLocaleString()} vs 111 events`,
+      largePage.latency.mean,
+      "ms",
+      smallPage.latency.mean,
+      "<= 1.2x",
+      largePage.latency.mean <= 1.2 * smallPage.latency.mean
+    )
+    if (!quick) {
+      const stored = 1_000_000
+      const t0 = performance.now()
+      await storeRuns(db, runId, stored)
+      console.log(`  ${stored.toLocaleString()} runs stored in ${((performance.now() - t0) / 1000).toFixed(0)} s`)
+      const more = await conversations(db, cells, 150, "adm2")
+      const after = (await admission(svc, more, 16, seconds)).count / seconds
+      report(
+        "admission (202), C=16, with 1M stored runs",
+        after,
+        "runs/s",
+        admitted,
+        ">= 1/1.2 of the empty database's",
+        after >= admitted / 1.2
+      )
+    }
   } finally {
     await service?.stop()
     await db.stop()
