@@ -13,7 +13,7 @@ import { Cells, tell } from "./Cells/Cells.js"
 import { CancelRun, GetQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { type CreateRun, type Run, type RunEvent } from "./Domain/Runs.js"
+import { type CreateRun, type Run, Run as RunSchema, type RunEvent } from "./Domain/Runs.js"
 import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { Files } from "./Files.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
@@ -119,7 +119,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       Effect.gen(function*() {
         yield* Queue.take(events).pipe(
           Effect.repeat({ until: (e) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) }),
-          Effect.timeout(Duration.seconds(seconds)),
+          Effect.timeout(Duration.millis(seconds * 1000)),
           Effect.option
         )
         return Option.getOrUndefined(yield* repo.run(runId))
@@ -301,7 +301,47 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         return eventStream(p, runId, after).pipe(Stream.provideContext(streamContext))
       })
 
+    /**
+     * The replay of a `Prefer: wait` createRun (D5, D7): its record holds the 202 stored at
+     * admission, and what the waiting request answered follows from the run: 200 with the run when
+     * it ended within the wait (counted from its admission), else the 202. So the 200 is not
+     * written a second time after the wait (issue 20: one write transaction less per run); the
+     * run's JSON is as it is now (a terminal run no longer changes), in the envelope of the first
+     * request (its `request_id`). None: replay the stored 202.
+     */
+    const waitedReplay = (stored: { readonly headers: Record<string, string>; readonly body: string }) =>
+      Effect.gen(function*() {
+        const wait = preferredWait(stored.headers["preference-applied"])
+        let first: { data?: { id?: unknown; created_at?: unknown }; request_id?: unknown }
+        try {
+          first = JSON.parse(stored.body)
+        } catch {
+          return Option.none<string>()
+        }
+        const id = first.data?.id
+        const admittedAt = typeof first.data?.created_at === "string" ? Date.parse(first.data.created_at) : NaN
+        if (wait === undefined || typeof id !== "string" || Number.isNaN(admittedAt)) return Option.none<string>()
+        const deadline = admittedAt + wait * 1000
+        let row = Option.getOrUndefined(yield* repo.run(id))
+        // Within the wait the answer is not decided yet (the first request may still be waiting, or
+        // died waiting): the replay waits as it would have, so every replay answers the same.
+        if (row !== undefined && !isTerminal(row.status) && (yield* Clock.currentTimeMillis) < deadline) {
+          row = yield* Effect.scoped(Effect.gen(function*() {
+            const events = yield* bus.subscribe(id)
+            const now = yield* Clock.currentTimeMillis
+            const current = Option.getOrUndefined(yield* repo.run(id))
+            if (current === undefined || isTerminal(current.status)) return current
+            return yield* awaitTerminal(events, id, Math.max(0, deadline - now) / 1000)
+          }))
+        }
+        if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<string>()
+        if (row.completed_at.getTime() > admittedAt + wait * 1000) return Option.none<string>()
+        const data = yield* Schema.encode(RunSchema)(Repo.toRun(row))
+        return Option.some(JSON.stringify({ data, request_id: first.request_id }))
+      }).pipe(Effect.orDie)
+
     return {
+      waitedReplay,
       createConversation: (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
         dieOnSqlError(createConversation(p, body)),
       getConversation: (p: Principal, id: string) => dieOnSqlError(getConversation(p, id)),

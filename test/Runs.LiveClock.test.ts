@@ -76,11 +76,19 @@ describe("runs (live clock)", () => {
 
       const slow = yield* scriptedSandbox([{ type: "sleep", seconds: 3 }, { type: "text", text: "late" }])
       const started = Date.now()
-      const res2 = yield* slow.startRun((yield* slow.conversation()).id, "x", { headers: { prefer: "wait=1" } })
+      const slowConv = (yield* slow.conversation()).id
+      const slowOnce = { headers: { prefer: "wait=1" }, idempotencyKey: "k-slow" }
+      const res2 = yield* slow.startRun(slowConv, "x", slowOnce)
       expect(Date.now() - started).toBeGreaterThanOrEqual(900)
       const pending = expectSingle(res2, 202)
       expect(["queued", "running"]).toContain(pending.status)
       expect(res2.headers.get("preference-applied")).toBe("wait=1")
+      // ended after its wait: the replay is still the 202, even once the run has ended
+      yield* eventually(slow.getRun(pending.id), (r) => isTerminal(r.status))
+      const replay2 = yield* slow.startRun(slowConv, "x", slowOnce)
+      expect(replay2.status).toBe(202)
+      expect(replay2.headers.get("idempotent-replayed")).toBe("true")
+      expect(replay2.text).toBe(res2.text)
       // "wait=60" is treated as 10.
       const res3 = yield* slow.startRun((yield* slow.conversation()).id, "x", { headers: { prefer: "wait=60" } })
       expect(res3.headers.get("preference-applied")).toBe("wait=10")

@@ -95,12 +95,6 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         Effect.withSpan("Idempotency.store")
       )
 
-    /** A later, fuller answer replaces the stored one (best effort: the stored one was an answer too). */
-    const replace = (s: Scope, response: StoredResponse) =>
-      repo.replace(s, response).pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("the stored idempotent response was not replaced", cause))
-      )
-
     /**
      * Runs the work of a request to its end even if the caller is interrupted (the client
      * disconnected): it may already have committed, and its outcome must be stored, so a retry
@@ -120,7 +114,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    return { check, store, replace, detached, sweep } as const
+    return { check, store, detached, sweep } as const
   }),
   dependencies: [IdempotencyRepo.Default]
 }) {}

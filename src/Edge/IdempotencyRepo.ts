@@ -71,15 +71,9 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
                   ${response.status}, ${JSON.stringify(response.headers)}::jsonb, ${response.body},
                   ${at}, ${expiresAt})`.pipe(Rows.none)
 
-    /** The stored response becomes `response` (a `Prefer: wait` request that ended with the run). */
-    const replace = (s: Scope, response: StoredResponse) =>
-      sql`UPDATE idempotency_keys SET status = ${response.status}, headers = ${JSON.stringify(response.headers)}::jsonb,
-                                      body = ${response.body}
-          WHERE ${where(s)}`.pipe(Rows.none)
-
     /** Deletes records past the replay window; how many. */
     const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
 
-    return { tryLock, find, remove, insert, replace, sweep } as const
+    return { tryLock, find, remove, insert, sweep } as const
   })
 }) {}

@@ -44,6 +44,7 @@ import { EnvironmentName } from "../Kernel/Ids.js"
 import type { Principal } from "../Kernel/Principal.js"
 import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
 import { Auth } from "../Platform/Auth.js"
+import { Runs } from "../Runs.js"
 import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
@@ -191,9 +192,21 @@ const transactional = <E, R>(
 ) =>
   Effect.gen(function*() {
     const idem = yield* Idempotency.Idempotency
+    const runs = yield* Runs
     const gate: IdempotencyGate = {
       outcome: "pending",
       check: idem.check(scope, fingerprint).pipe(
+        // a `Prefer: wait` request's record holds its 202; what the wait answered follows from its run
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.succeedNone,
+          onSome: (stored) =>
+            stored.status !== 202 || stored.headers["preference-applied"] === undefined
+              ? Effect.succeedSome(stored)
+              : Effect.map(
+                runs.waitedReplay(stored),
+                Option.match({ onNone: () => Option.some(stored), onSome: (body) => Option.some({ ...stored, status: 200, body }) })
+              )
+        })),
         Effect.tapBoth({
           onFailure: () => Effect.sync(() => (gate.outcome = "refused")),
           onSuccess: (stored) => Effect.sync(() => (gate.outcome = Option.isSome(stored) ? "replayed" : "passed"))
@@ -234,11 +247,9 @@ const transactional = <E, R>(
       return committed.response
     }
     if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
+    // A retry replays the fuller answer too: it follows from the run (Runs.waitedReplay), not stored again.
     const instead = yield* state.continuation
-    if (Option.isNone(instead)) return committed.response
-    // The fuller answer is the one a retry replays from now on.
-    yield* idem.replace(scope, storedForm(instead.value, state))
-    return instead.value
+    return Option.getOrElse(instead, () => committed.response)
   })
 
 /** The address's limit is spent and the key is not known to it: no lookup at all. */
