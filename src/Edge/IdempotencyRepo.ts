@@ -9,6 +9,9 @@ import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
 
+/** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
+const LockRow = Schema.Struct({ checked: Schema.String, locked: Schema.Boolean })
+
 export interface Scope {
   readonly tenantId: string
   readonly environment: string
@@ -54,7 +57,7 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
     const tryLock = (s: Scope) =>
       sql`SELECT set_config('client_connection_check_interval', '1000', true) AS checked,
                  pg_try_advisory_xact_lock(hashtextextended(${lockKey(s)}, 0)) AS locked`.pipe(
-        Rows.single(Schema.Struct({ checked: Schema.String, locked: Schema.Boolean })),
+        Rows.single(LockRow),
         Effect.map((r) => r.locked)
       )
 

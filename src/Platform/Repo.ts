@@ -13,6 +13,11 @@ import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
 import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
+/** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
+const AuthorizationRow = Schema.Struct({ authorization: Schema.Literal("active", "revoked", "deleted") })
+const GenerationRow = Schema.Struct({ cell_generation: Schema.Number })
+const WorkspaceIdRow = Schema.Struct({ workspace_id: Schema.String })
+
 const API_KEY_COLUMNS =
   "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at, expires_at, rotated_from"
 
@@ -67,7 +72,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           UPDATE environments SET cell_generation = cell_generation + 1
           WHERE tenant_id = ${cell.tenantId} AND name = ${cell.environment} AND EXISTS (SELECT 1 FROM locked)
           RETURNING cell_generation`.pipe(
-        Rows.maybe(Schema.Struct({ cell_generation: Schema.Number })),
+        Rows.maybe(GenerationRow),
         Effect.map((r) => r?.cell_generation ?? 0)
       )
 
@@ -178,7 +183,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           JOIN tenants t ON t.id = k.tenant_id
           JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
           WHERE k.id = ${keyId}`.pipe(
-        Rows.maybe(Schema.Struct({ authorization: Schema.Literal("active", "revoked", "deleted") })),
+        Rows.maybe(AuthorizationRow),
         Effect.map((r) => r?.authorization ?? "revoked")
       )
 
@@ -299,7 +304,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       /** The quickstart workspace of an environment (where its first key may act), if it has one. */
       quickstartWorkspace: (tenantId: string, env: EnvironmentName) =>
         sql`SELECT workspace_id FROM quickstarts WHERE tenant_id = ${tenantId} AND environment = ${env}`.pipe(
-          Rows.maybe(Schema.Struct({ workspace_id: Schema.String })),
+          Rows.maybe(WorkspaceIdRow),
           Effect.map((r) => r?.workspace_id)
         )
     } as const

@@ -16,6 +16,11 @@ import { countAdmission, countRunCommit, usedNow } from "../Quotas/Repo.js"
 import { applied, plan } from "./Commit.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
+/** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
+const AdmittedRow = Schema.Struct({ admitted: Rows.Int8, counted: Rows.Int8 })
+const ItemRow = Schema.Struct({ item: Schema.Unknown })
+const PositionRow = Schema.Struct({ run_id: Schema.String, sequence: Schema.Number })
+
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
@@ -86,7 +91,7 @@ const make = Effect.gen(function*() {
         row,
         eventId,
         countAdmission(sql, cell, limits, row.created_at, sql`run`)
-      ).pipe(Rows.single(Schema.Struct({ admitted: Rows.Int8, counted: Rows.Int8 })))
+      ).pipe(Rows.single(AdmittedRow))
       if (admitted !== 1) return { _tag: "ConversationBusy" } as const
       if (counted !== 1) {
         const used = yield* usedNow(sql, cell, row.created_at)
@@ -103,15 +108,15 @@ const make = Effect.gen(function*() {
     })
 
   /**
-   * Appends items after the conversation's last one, in one statement (the position read and the
-   * rows written together).
+   * The insert that appends items after the conversation's last one (the position read and the
+   * rows written in one statement).
    */
   const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
-    items.length === 0 ? Effect.void : sql`
+    sql`
       INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
       SELECT ${conversationId}, last.position + t.ordinality, ${runId}, t.item, ${at}
       FROM (SELECT COALESCE(MAX(position), 0) AS position FROM conversation_items WHERE conversation_id = ${conversationId}) last,
-           jsonb_array_elements(${JSON.stringify(items)}::jsonb) WITH ORDINALITY AS t(item, ordinality)`.pipe(Effect.asVoid)
+           jsonb_array_elements(${JSON.stringify(items)}::jsonb) WITH ORDINALITY AS t(item, ordinality)`
 
   /**
    * The run's row for a commit of the run actor of cell generation `fence`: the run locked, its
@@ -151,18 +156,43 @@ const make = Effect.gen(function*() {
       for (const e of p.events) {
         events.push({ id: yield* makeId("evt"), run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
       }
-      // the commit's events in one statement (each still notified by the row trigger, at commit)
-      yield* sql`INSERT INTO run_events ${sql.insert(events.map((e) => ({ ...e, data: JSON.stringify(e.data) })))}`
-      // The quota counters (D16) in the same statement: a run that ended frees its place, a model call's tokens count.
+      // The quota counters (D16): a run that ended frees its place, a model call's tokens count.
       const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
       const tokens = p.added.inputTokens + p.added.outputTokens
-      const counting = ended || tokens > 0
-        ? sql`WITH counted AS (${
-          countRunCommit(sql, { tenantId: locked.tenant_id, environment: locked.environment }, { ended, tokens }, at)
-        })`
-        : sql``
+      const ctes: Array<Statement.Fragment> = [
+        // the events (each notified by the row trigger, at commit)
+        sql`events AS (INSERT INTO run_events ${sql.insert(events.map((e) => ({ ...e, data: JSON.stringify(e.data) })))})`
+      ]
+      if (ended || tokens > 0) {
+        ctes.push(
+          sql`counted AS (${countRunCommit(sql, { tenantId: locked.tenant_id, environment: locked.environment }, { ended, tokens }, at)})`
+        )
+      }
+      if (p.items.length > 0) ctes.push(sql`items AS (${appendItems(locked.conversation_id, runId, p.items, at)})`)
+      if (p.usage.length > 0) {
+        const usage = []
+        for (const u of p.usage) {
+          usage.push({
+            id: yield* makeId("rec"),
+            tenant_id: locked.tenant_id,
+            environment: locked.environment,
+            run_id: runId,
+            kind: u.kind,
+            agent_revision_id: locked.agent_revision_id,
+            model_profile_id: u.model_profile_id ?? null,
+            provider: u.provider ?? null,
+            model: u.model ?? null,
+            tool_id: u.tool_id ?? null,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            created_at: at
+          })
+        }
+        ctes.push(sql`usage AS (INSERT INTO usage_records ${sql.insert(usage)})`)
+      }
+      // Everything the commit writes in one statement (data-modifying CTEs all run): the run's row last.
       yield* sql`
-        ${counting}
+        WITH ${sql.csv(ctes)}
         UPDATE runs SET
           status = ${p.status},
           status_reason = ${p.reason},
@@ -183,16 +213,7 @@ const make = Effect.gen(function*() {
           : sql`${JSON.stringify(p.requiredAction)}::jsonb`
       }
         WHERE id = ${runId}`
-      yield* appendItems(locked.conversation_id, runId, p.items, at)
       for (const c of commits) if (c.also !== undefined) yield* c.also
-      for (const u of p.usage) {
-        yield* sql`
-          INSERT INTO usage_records (id, tenant_id, environment, run_id, kind, agent_revision_id, model_profile_id,
-                                     provider, model, tool_id, input_tokens, output_tokens, created_at)
-          VALUES (${yield* makeId("rec")}, ${locked.tenant_id}, ${locked.environment}, ${runId}, ${u.kind},
-                  ${locked.agent_revision_id}, ${u.model_profile_id ?? null}, ${u.provider ?? null}, ${u.model ?? null},
-                  ${u.tool_id ?? null}, ${u.input_tokens}, ${u.output_tokens}, ${at})`
-      }
       return Either.right({
         status: p.status,
         from: locked.status,
@@ -217,13 +238,13 @@ const make = Effect.gen(function*() {
          OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
                          WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')
       ORDER BY position`.pipe(
-      Rows.all(Schema.Struct({ item: Schema.Unknown })),
+      Rows.all(ItemRow),
       Effect.map((rows) => rows.map((r) => r.item))
     )
 
   const eventPosition = (eventId: string) =>
     sql`SELECT run_id, sequence FROM run_events WHERE id = ${eventId}`.pipe(
-      Rows.first(Schema.Struct({ run_id: Schema.String, sequence: Schema.Number }))
+      Rows.first(PositionRow)
     )
 
   const eventsAfter = (runId: string, afterSequence: number, limit: number) =>
