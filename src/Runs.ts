@@ -117,12 +117,14 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
      */
     const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow>, runId: string, seconds: number) =>
       Effect.gen(function*() {
-        yield* Queue.take(events).pipe(
+        const terminal = yield* Queue.take(events).pipe(
           Effect.repeat({ until: (e) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) }),
           Effect.timeout(Duration.millis(seconds * 1000)),
           Effect.option
         )
-        return Option.getOrUndefined(yield* repo.run(runId))
+        // ended: as its ending commit wrote it when that was on this node and it is already kept
+        // (the notification may come first: then it is read)
+        return Option.getOrUndefined(yield* (Option.isSome(terminal) ? repo.ended(runId) : repo.run(runId)))
       })
 
     /**

@@ -21,6 +21,9 @@ const AdmittedRow = Schema.Struct({ admitted: Rows.Int8, counted: Rows.Int8 })
 const ItemRow = Schema.Struct({ item: Schema.Unknown })
 const PositionRow = Schema.Struct({ run_id: Schema.String, sequence: Schema.Number })
 
+/** How many ended runs' rows are kept for their waiters (`ended`): a waiter takes its row within milliseconds. */
+const ENDED_KEPT = 1024
+
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
@@ -68,6 +71,21 @@ const make = Effect.gen(function*() {
     )
 
   const run = (id: string) => sql`SELECT ${runColumns} FROM runs r WHERE r.id = ${id}`.pipe(Rows.first(RunRow))
+
+  /** Rows of runs this process's commits ended, until taken (at most ENDED_KEPT, the oldest dropped). */
+  const endedHere = new Map<string, RunRow>()
+  const ended = (id: string) =>
+    Effect.suspend(() => {
+      const row = endedHere.get(id)
+      if (row === undefined) return run(id)
+      endedHere.delete(id)
+      return Effect.succeed(Option.some(row))
+    })
+  const keepEnded = (row: RunRow) =>
+    Effect.sync(() => {
+      endedHere.set(row.id, row)
+      if (endedHere.size > ENDED_KEPT) endedHere.delete(endedHere.keys().next().value!)
+    })
 
   const runOfCell = (tenantId: string, environment: string, id: string) =>
     Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment))
@@ -223,7 +241,14 @@ const make = Effect.gen(function*() {
     })).pipe(
       // Counted once committed: now, or after the enclosing request's transaction (a cancel).
       Effect.tap((committed) =>
-        Either.isRight(committed) ? afterCommit(recordRunCommit(committed.right.from, committed.right.events)) : Effect.void
+        Either.isRight(committed)
+          ? afterCommit(Effect.zipRight(
+            recordRunCommit(committed.right.from, committed.right.events),
+            RunState.isTerminal(committed.right.status) && !RunState.isTerminal(committed.right.from)
+              ? keepEnded(committed.right.row)
+              : Effect.void
+          ))
+          : Effect.void
       )
     )
 
@@ -269,6 +294,7 @@ const make = Effect.gen(function*() {
     conversation,
     insertConversation,
     run,
+    ended,
     runOfCell,
     admit,
     commitAll,

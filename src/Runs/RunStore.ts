@@ -141,6 +141,11 @@ export interface RunStoreShape {
   readonly run: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   readonly runOfCell: (tenantId: string, environment: string, id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   /**
+   * The run once it ended: the row this process's commit that ended it wrote, taken once (no
+   * read), else read. For `Prefer: wait`, told of the end by the run's terminal event.
+   */
+  readonly ended: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
+  /**
    * Admits a run atomically, counting it against the cell's quotas `limits` in the same statement:
    * the id of its `run.queued` event; the conversation has a non-terminal run; or a quota is used up.
    */

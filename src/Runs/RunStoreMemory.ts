@@ -147,6 +147,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
         return inserted
       }),
     run,
+    ended: run,
     runOfCell: (tenantId, environment, id) =>
       Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment)),
     admit,
