@@ -5,7 +5,7 @@
  * idempotent response); this service appends (one statement), lists them newest first, and sweeps
  * those older than their environment's `audit_retention_days` on Effect's Clock.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Clock, Effect, Schedule } from "effect"
 
 import { AuditRepo, type AuditRow } from "./Audit/Repo.js"
@@ -49,8 +49,11 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
     const repo = yield* AuditRepo
     const config = yield* AppConfig
 
-    /** Appends an entry: one INSERT, in the caller's transaction when there is one. */
-    const record = (entry: AuditRecord) =>
+    /**
+     * Appends an entry: one INSERT, in the caller's transaction when there is one, with `along` (a
+     * data-modifying statement of the same request) in the same statement.
+     */
+    const record = (entry: AuditRecord, along?: Statement.Fragment) =>
       Effect.gen(function*() {
         yield* repo.insert({
           cell: entry.cell,
@@ -65,7 +68,7 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
           request_id: entry.requestId,
           status: entry.status,
           ip: entry.ip
-        })
+        }, along)
       }).pipe(Effect.orDie, Effect.withSpan("Audit.record"))
 
     /** The cell's entries, newest first, filtered (D6 cursors, bound to the filters). */

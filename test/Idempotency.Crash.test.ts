@@ -208,7 +208,7 @@ describe("idempotency across kill -9 (D19)", () => {
         yield* Effect.promise(async () => {
           await blocker.connect()
           await blocker.query("BEGIN")
-          // Reads go on (ACCESS SHARE); the INSERT of a stored response waits.
+          // Reads go on (ACCESS SHARE); the INSERT of a stored response (with its audit entry's) waits.
           await blocker.query("LOCK TABLE idempotency_keys IN SHARE MODE")
         })
         const inFlight = round0.map((m, i) => send(m, keys0[i]!).catch(() => undefined))
@@ -218,7 +218,7 @@ describe("idempotency across kill -9 (D19)", () => {
           yield* realSleep(50)
           waiting = yield* Effect.promise(() =>
             one(`SELECT count(*)::int AS n FROM pg_stat_activity
-                 WHERE application_name = 'agent-platform' AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_keys%'`)
+                 WHERE application_name = 'agent-platform' AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idempotency_keys%'`)
           )
         }
         expect(waiting).toBe(3)

@@ -20,12 +20,14 @@ describe("runs: time budgets (TestClock)", () => {
 
   it.effect("active execution: a run still working after the execution budget ends expired", () =>
     withApp(
-      {},
+      { executionSeconds: 240 },
       Effect.gen(function*() {
+        // The model answers 60 s after the budget (here 4 min) ended (an answer at its very end races
+        // it: an answer committed in one statement while the budget interrupts its actor still counts).
         const s = yield* scriptedSandbox([{ type: "sleep", seconds: 300 }, { type: "text", text: "too late" }])
         const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
         yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-        yield* TestClock.adjust("299 seconds")
+        yield* TestClock.adjust("239 seconds")
         yield* settle
         expect((yield* s.getRun(run.id)).status).toBe("running")
         const ended = yield* advanceUntil("1 second", s.getRun(run.id), (r) => isTerminal(r.status), 10)

@@ -4,7 +4,7 @@
  * retention. The table refuses UPDATE and DELETE (migration 0012) except in the sweep's own
  * transaction, which sets `agent_platform.audit_sweep`.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
@@ -47,10 +47,12 @@ export class AuditRepo extends Effect.Service<AuditRepo>()("AuditRepo", {
 
     /**
      * Appends the entry to its environment: one INSERT, which writes nothing for an environment that
-     * does not exist or was purged (an operator's request about one, say).
+     * does not exist or was purged (an operator's request about one, say). `along`: a statement
+     * (INSERT, UPDATE or DELETE) written in the same statement, as a CTE (which always runs).
      */
-    const insert = (e: NewAuditRow) =>
-      sql`INSERT INTO audit_entries (tenant_id, environment, id, occurred_at, actor_type, actor_id, key_id, action,
+    const insert = (e: NewAuditRow, along?: Statement.Fragment) =>
+      sql`${along === undefined ? sql`` : sql`WITH along AS (${along})`}
+          INSERT INTO audit_entries (tenant_id, environment, id, occurred_at, actor_type, actor_id, key_id, action,
                                      resource_type, resource_id, request_id, status, ip)
           SELECT tenant_id, name, ${e.id}, ${e.occurred_at}, ${e.actor_type}, ${e.actor_id}, ${e.key_id}, ${e.action},
                  ${e.resource_type}, ${e.resource_id}, ${e.request_id}, ${e.status}, ${e.ip}

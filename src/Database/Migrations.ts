@@ -26,6 +26,7 @@ import keyRotation from "./migrations/0017_key_rotation.js"
 import productionRequests from "./migrations/0018_production_requests.js"
 import quotas from "./migrations/0019_quotas.js"
 import cellPlacements from "./migrations/0020_cell_placements.js"
+import idempotencyGate from "./migrations/0021_idempotency_gate.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -50,7 +51,8 @@ export const loader = Migrator.fromRecord({
   "0017_key_rotation": keyRotation,
   "0018_production_requests": productionRequests,
   "0019_quotas": quotas,
-  "0020_cell_placements": cellPlacements
+  "0020_cell_placements": cellPlacements,
+  "0021_idempotency_gate": idempotencyGate
 })
 
 const migrate = Migrator.make({})

@@ -14,6 +14,7 @@
  * client address: never a body, a header or a secret.
  */
 import { type HttpServerResponse } from "@effect/platform"
+import type { Statement } from "@effect/sql"
 import { Effect } from "effect"
 
 import { Audit, type AuditRecord } from "../Audit.js"
@@ -101,8 +102,11 @@ export const keyHolder = (principal: Principal, state: RequestState): Who => ({
 
 export const OPERATOR: Who["actor"] = { type: "operator", id: "operator" }
 
-/** The entry of an answer. Fails only as the database does: in a transaction, it fails the transaction. */
-export const write = (trail: Trail, state: RequestState, who: Who, status: number, body: unknown) =>
+/**
+ * The entry of an answer, with `along` (another write of the request: its stored response) in the
+ * same statement. Fails only as the database does: in a transaction, it fails the transaction.
+ */
+export const write = (trail: Trail, state: RequestState, who: Who, status: number, body: unknown, along?: Statement.Fragment) =>
   Effect.flatMap(Audit, (audit) =>
     audit.record({
       ...who,
@@ -111,7 +115,7 @@ export const write = (trail: Trail, state: RequestState, who: Who, status: numbe
       requestId: state.requestId,
       status,
       ip: trail.ip
-    }))
+    }, along))
 
 /** The entry of an answer, on its own (after a rollback): never changes the answer; a failure is logged. */
 export const writeAlone = (trail: Trail, state: RequestState, who: Who, status: number, body: unknown) =>

@@ -72,8 +72,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      */
     const check = (s: Scope, fp: string): Effect.Effect<Option.Option<StoredResponse>, Conflict> =>
       Effect.gen(function*() {
-        const locked = yield* repo.tryLock(s)
-        const row = yield* repo.find(s)
+        const { locked, record: row } = yield* repo.lockAndFind(s)
         const now = yield* Clock.currentTimeMillis
         // Outside the replay window a record no longer exists.
         if (row !== undefined && row.expires_at.getTime() > now) {
@@ -85,14 +84,14 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         return Option.none()
       }).pipe(Effect.orDie, Effect.withSpan("Idempotency.check"))
 
-    /** Stores the response, in the request's transaction. */
-    const store = (s: Scope, fp: string, response: StoredResponse) =>
-      Effect.flatMap(
+    /**
+     * The statement storing the response, for the request's transaction: written with the
+     * request's audit entry, in one statement (AuditTrail.write).
+     */
+    const storing = (s: Scope, fp: string, response: StoredResponse) =>
+      Effect.map(
         Clock.currentTimeMillis,
         (now) => repo.insert(s, fp, response, new Date(now), new Date(now + config.idempotencyTtlSeconds * 1000))
-      ).pipe(
-        Effect.orDie,
-        Effect.withSpan("Idempotency.store")
       )
 
     /**
@@ -114,7 +113,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    return { check, store, detached, sweep } as const
+    return { check, storing, detached, sweep } as const
   }),
   dependencies: [IdempotencyRepo.Default]
 }) {}

@@ -9,9 +9,6 @@ import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
 
-/** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
-const LockRow = Schema.Struct({ checked: Schema.String, locked: Schema.Boolean })
-
 export interface Scope {
   readonly tenantId: string
   readonly environment: string
@@ -27,14 +24,15 @@ export interface StoredResponse {
   readonly body: string
 }
 
-export const RecordRow = Schema.Struct({
-  fingerprint: Schema.String,
-  status: Schema.Number,
-  headers: Schema.Record({ key: Schema.String, value: Schema.String }),
-  body: Schema.String,
-  expires_at: Rows.Time
+/** The gate's row: the lock, and the record's columns (null: none). Made once (hot path). */
+const GateRow = Schema.Struct({
+  locked: Schema.Boolean,
+  fingerprint: Schema.NullOr(Schema.String),
+  status: Schema.NullOr(Schema.Number),
+  headers: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  body: Schema.NullOr(Schema.String),
+  expires_at: Rows.TimeOrNull
 })
-export type RecordRow = typeof RecordRow.Type
 
 /** The advisory lock key of a scope (64-bit hash of all its parts). */
 const lockKey = (s: Scope) => [s.tenantId, s.environment, s.actor, s.method, s.path, s.key].join("\n")
@@ -48,35 +46,39 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
           AND method = ${s.method} AND path = ${s.path} AND key = ${s.key}`
 
     /**
-     * Takes the scope's lock for the current transaction; false when another transaction holds it.
-     * The transaction also checks its client every second while a statement runs
+     * Takes the scope's lock for the current transaction (`locked` false: another transaction holds
+     * it), then reads the scope's record, in one round trip (the function `idempotency_gate`,
+     * migration 0021: the read sees what committed before the lock was taken). The transaction
+     * also checks its client every second while a statement runs
      * (`client_connection_check_interval`, Postgres 14+): if this process dies while a statement
      * waits (on a row lock, say), Postgres ends the transaction, and releases the lock, within a
      * second instead of when the wait ends. Idle in a transaction, a dead client is noticed at once.
      */
-    const tryLock = (s: Scope) =>
-      sql`SELECT set_config('client_connection_check_interval', '1000', true) AS checked,
-                 pg_try_advisory_xact_lock(hashtextextended(${lockKey(s)}, 0)) AS locked`.pipe(
-        Rows.single(LockRow),
-        Effect.map((r) => r.locked)
-      )
-
-    const find = (s: Scope) =>
-      sql`SELECT fingerprint, status, headers, body, expires_at FROM idempotency_keys WHERE ${where(s)}`
-        .pipe(Rows.maybe(RecordRow))
+    const lockAndFind = (s: Scope) =>
+      sql`SELECT * FROM idempotency_gate(${lockKey(s)}, ${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key})`
+        .pipe(
+          Rows.single(GateRow),
+          Effect.map((r) => ({
+            locked: r.locked,
+            record: r.fingerprint === null || r.status === null || r.headers === null || r.body === null || r.expires_at === null
+              ? undefined
+              : { fingerprint: r.fingerprint, status: r.status, headers: r.headers, body: r.body, expires_at: r.expires_at }
+          }))
+        )
 
     const remove = (s: Scope) => sql`DELETE FROM idempotency_keys WHERE ${where(s)}`.pipe(Rows.none)
 
+    /** The record's INSERT, not run: the caller writes it as a part of another statement. */
     const insert = (s: Scope, fingerprint: string, response: StoredResponse, at: Date, expiresAt: Date) =>
       sql`INSERT INTO idempotency_keys (tenant_id, environment, actor, method, path, key, fingerprint,
                                         status, headers, body, created_at, expires_at)
           VALUES (${s.tenantId}, ${s.environment}, ${s.actor}, ${s.method}, ${s.path}, ${s.key}, ${fingerprint},
                   ${response.status}, ${JSON.stringify(response.headers)}::jsonb, ${response.body},
-                  ${at}, ${expiresAt})`.pipe(Rows.none)
+                  ${at}, ${expiresAt})`
 
     /** Deletes records past the replay window; how many. */
     const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
 
-    return { tryLock, find, remove, insert, sweep } as const
+    return { lockAndFind, remove, insert, sweep } as const
   })
 }) {}

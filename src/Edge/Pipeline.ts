@@ -232,9 +232,10 @@ const transactional = <E, R>(
         }
         if (!Idempotency.isStored(response.status)) return yield* new RolledBack({ response })
         const body = AuditTrail.parsedBody(response)
-        yield* idem.store(scope, fingerprint, storedForm(response, state, body))
-        // its audit entry (D16): durable with the mutation and its stored response, or neither is
-        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body)
+        // its stored response and its audit entry (D16), in one statement: durable with the
+        // mutation, or none of them is
+        const stored = yield* idem.storing(scope, fingerprint, storedForm(response, state, body))
+        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, stored)
         return response
       }),
       state

@@ -41,13 +41,20 @@ export const countAdmission = (sql: Sql, cell: CellRef, limits: QuotaLimits, at:
  * A run commit's change to the counters: a run that ended frees its place among the unfinished
  * ones, a model call's tokens count for the day of `at`.
  */
-export const countRunCommit = (sql: Sql, cell: CellRef, change: { readonly ended: boolean; readonly tokens: number }, at: Date) =>
+export const countRunCommit = (
+  sql: Sql,
+  cell: CellRef,
+  change: { readonly ended: boolean; readonly tokens: number },
+  at: Date,
+  /** a further condition (the commit's guard) */
+  only: Fragment = sql`TRUE`
+) =>
   sql`UPDATE quota_usage SET
         active_runs = GREATEST(active_runs - ${change.ended ? 1 : 0}, 0),
         tokens_today = CASE WHEN day >= ${utcDay(at)}::date THEN tokens_today + ${int8(change.tokens)} ELSE ${int8(change.tokens)} END,
         runs_today = CASE WHEN day >= ${utcDay(at)}::date THEN runs_today ELSE 0 END,
         day = GREATEST(day, ${utcDay(at)}::date)
-      WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`
+      WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND ${only}`
 
 /**
  * `INSERT ... RETURNING 1` adding `bytes` to the cell's stored bytes; with a limit, only while they

@@ -9,7 +9,7 @@ import { Either } from "effect"
 
 import type { TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
-import type { Commit, RunRow, UsageRecordInput } from "./RunStore.js"
+import type { Admission, Commit, RunRow, UsageRecordInput } from "./RunStore.js"
 
 export interface PlannedEvent {
   readonly sequence: number
@@ -59,6 +59,35 @@ export const applied = (locked: Omit<RunRow, "last_event_id">, p: Plan, lastEven
   output: p.output === undefined ? locked.output : p.output,
   required_action: p.requiredAction === undefined ? locked.required_action : p.requiredAction,
   last_event_id: lastEventId
+})
+
+/** The run as its admission wrote it (the row `run` would read). */
+export const admittedRow = (a: Admission, eventId: string): RunRow => ({
+  id: a.id,
+  tenant_id: a.tenant_id,
+  environment: a.environment,
+  workspace_id: a.workspace_id,
+  conversation_id: a.conversation_id,
+  agent_revision_id: a.agent_revision_id,
+  key_id: a.key_id,
+  user_id: a.user_id,
+  status: "queued",
+  status_reason: null,
+  input: a.input.map((c) => (c.type === "text" ? { type: "text", text: c.text } : { type: "file", file_id: c.file_id })),
+  output: null,
+  required_action: null,
+  input_tokens: 0,
+  output_tokens: 0,
+  model_calls: 0,
+  tool_calls: 0,
+  last_sequence: 1,
+  created_at: a.created_at,
+  started_at: null,
+  completed_at: null,
+  start_deadline_at: a.start_deadline_at,
+  execution_deadline_at: null,
+  authorization_expires_at: a.authorization_expires_at,
+  last_event_id: eventId
 })
 
 export const plan = (

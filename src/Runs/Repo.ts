@@ -1,10 +1,13 @@
 /**
- * The run store in Postgres (the tag and its contract: src/Runs/RunStore.ts). A commit locks the
- * run's row (`FOR UPDATE`), so the run actor and a cancel request are serialised; admission is one
- * statement.
+ * The run store in Postgres (the tag and its contract: src/Runs/RunStore.ts). Admission is one
+ * statement. A commit is one statement too: when the run actor knows the run as this process last
+ * wrote it, the statement itself checks that version and the cell's generation under the run's
+ * lock (its own transaction, no read first); otherwise (a cancel request, an actor after a read, a
+ * version that moved) the run's row is locked and read first (`FOR UPDATE`), so the run actor and
+ * a cancel request are serialised either way.
  */
 import { SqlClient, type Statement } from "@effect/sql"
-import { Clock, Effect, Either, Layer, Option, Schema } from "effect"
+import { Clock, Deferred, Effect, Either, FiberId, Layer, Option, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
 import { exhausted, type QuotaLimits, RUN_QUOTAS } from "../Domain/Quotas.js"
@@ -13,7 +16,7 @@ import { EnvironmentName, makeId } from "../Kernel/Ids.js"
 import { afterCommit } from "../Kernel/RequestContext.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
 import { countAdmission, countRunCommit, usedNow } from "../Quotas/Repo.js"
-import { applied, plan } from "./Commit.js"
+import { admittedRow, applied, type Plan, plan } from "./Commit.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
@@ -23,9 +26,15 @@ const PositionRow = Schema.Struct({ run_id: Schema.String, sequence: Schema.Numb
 
 /** How many ended runs' rows are kept for their waiters (`ended`): a waiter takes its row within milliseconds. */
 const ENDED_KEPT = 1024
+/** How long after its admission a run's row is taken from it by its actor rather than read (`starting`). */
+const ADMITTED_FRESH_MS = 5_000
+
+/** How many unfinished runs' rows are kept for their actors' next commits (`commitAll`). */
+const KEPT = 10_000
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
+type Locked = typeof LockedRow.Type
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
 
 /**
@@ -74,17 +83,43 @@ const make = Effect.gen(function*() {
 
   /** Rows of runs this process's commits ended, until taken (at most ENDED_KEPT, the oldest dropped). */
   const endedHere = new Map<string, RunRow>()
+  /**
+   * Runs whose ending commit this process is making: the commit's notification can reach a waiter
+   * before the committing fiber resumes, which then waits for its outcome rather than reading.
+   */
+  const ending = new Map<string, Deferred.Deferred<RunRow | undefined>>()
   const ended = (id: string) =>
     Effect.suspend(() => {
       const row = endedHere.get(id)
-      if (row === undefined) return run(id)
-      endedHere.delete(id)
-      return Effect.succeed(Option.some(row))
+      if (row !== undefined) {
+        endedHere.delete(id)
+        return Effect.succeed(Option.some(row))
+      }
+      const pending = ending.get(id)
+      if (pending === undefined) return run(id)
+      return Effect.flatMap(Deferred.await(pending), (row) => {
+        if (row === undefined) return run(id)
+        endedHere.delete(id)
+        return Effect.succeed(Option.some(row))
+      })
     })
-  const keepEnded = (row: RunRow) =>
-    Effect.sync(() => {
-      endedHere.set(row.id, row)
-      if (endedHere.size > ENDED_KEPT) endedHere.delete(endedHere.keys().next().value!)
+  const keepEnded = (row: RunRow) => {
+    endedHere.set(row.id, row)
+    if (endedHere.size > ENDED_KEPT) endedHere.delete(endedHere.keys().next().value!)
+  }
+
+  /**
+   * Runs this process admitted, until their actor takes them (`starting`): at most ENDED_KEPT, the
+   * oldest dropped, and only within ADMITTED_FRESH_MS of the admission (an actor starts within
+   * milliseconds of it; a run whose cell moved meanwhile is read).
+   */
+  const admittedHere = new Map<string, { readonly row: RunRow; readonly at: number }>()
+  const starting = (id: string) =>
+    Effect.suspend(() => {
+      const admitted = admittedHere.get(id)
+      if (admitted === undefined) return run(id)
+      admittedHere.delete(id)
+      return Date.now() - admitted.at <= ADMITTED_FRESH_MS ? Effect.succeed(Option.some(admitted.row)) : run(id)
     })
 
   const runOfCell = (tenantId: string, environment: string, id: string) =>
@@ -120,21 +155,18 @@ const make = Effect.gen(function*() {
         SELECT ${row.conversation_id}, COALESCE(MAX(position), 0) + 1, ${row.id}, ${JSON.stringify(row.item)}::jsonb,
                ${row.created_at}
         FROM conversation_items WHERE conversation_id = ${row.conversation_id}`
-      // Counted once the request's transaction committed (admission runs inside it).
-      yield* afterCommit(recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]))
+      // Counted and kept once the request's transaction committed (admission runs inside it).
+      yield* afterCommit(Effect.zipRight(
+        recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]),
+        Effect.sync(() => {
+          const admitted = admittedRow(row, eventId)
+          keep(admitted)
+          admittedHere.set(row.id, { row: admitted, at: Date.now() })
+          if (admittedHere.size > ENDED_KEPT) admittedHere.delete(admittedHere.keys().next().value!)
+        })
+      ))
       return { _tag: "Admitted", eventId } as const
     })
-
-  /**
-   * The insert that appends items after the conversation's last one (the position read and the
-   * rows written in one statement).
-   */
-  const appendItems = (conversationId: string, runId: string, items: ReadonlyArray<unknown>, at: Date) =>
-    sql`
-      INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
-      SELECT ${conversationId}, last.position + t.ordinality, ${runId}, t.item, ${at}
-      FROM (SELECT COALESCE(MAX(position), 0) AS position FROM conversation_items WHERE conversation_id = ${conversationId}) last,
-           jsonb_array_elements(${JSON.stringify(items)}::jsonb) WITH ORDINALITY AS t(item, ordinality)`
 
   /**
    * The run's row for a commit of the run actor of cell generation `fence`: the run locked, its
@@ -160,7 +192,168 @@ const make = Effect.gen(function*() {
       return locked
     })
 
-  const commitAll = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
+  /**
+   * Runs as this process last wrote them (its admission or commit), for the next commit of their
+   * actor to plan from without reading (issue 20: the actor is the run's only writer but for a
+   * cancel, and its commit checks the run's version in the database). Unfinished runs only, at
+   * most KEPT, the oldest dropped.
+   */
+  const kept = new Map<string, Locked>()
+  const keep = (row: Locked) => {
+    kept.delete(row.id)
+    if (RunState.isTerminal(row.status)) return
+    kept.set(row.id, row)
+    if (kept.size > KEPT) kept.delete(kept.keys().next().value!)
+  }
+
+  /** The rows a plan writes: its events and usage records, with their ids. */
+  const rowsOf = (locked: Locked, p: Plan, at: Date) =>
+    Effect.gen(function*() {
+      const events: Array<EventRow> = []
+      for (const e of p.events) {
+        events.push({ id: yield* makeId("evt"), run_id: locked.id, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
+      }
+      const usage: Array<Record<string, unknown>> = []
+      for (const u of p.usage) {
+        usage.push({
+          id: yield* makeId("rec"),
+          tenant_id: locked.tenant_id,
+          environment: locked.environment,
+          run_id: locked.id,
+          kind: u.kind,
+          agent_revision_id: locked.agent_revision_id,
+          model_profile_id: u.model_profile_id ?? null,
+          provider: u.provider ?? null,
+          model: u.model ?? null,
+          tool_id: u.tool_id ?? null,
+          input_tokens: u.input_tokens,
+          output_tokens: u.output_tokens,
+          created_at: at
+        })
+      }
+      return { events, usage }
+    })
+
+  /**
+   * Everything a planned commit writes, in one statement: data-modifying CTEs (which all run), each
+   * writing only when `guard` (a query of one row: the run's id) has its row, then the run's row.
+   * The events (each notified by the row trigger, at commit), the quota counters (D16: a run that
+   * ended frees its place, a model call's tokens count), the conversation items appended after the
+   * conversation's last one, the usage records. Answers how many runs it updated (0 or 1).
+   */
+  const write = (
+    guard: Statement.Fragment,
+    locked: Locked,
+    p: Plan,
+    rows: { events: ReadonlyArray<EventRow>; usage: ReadonlyArray<unknown> },
+    at: Date
+  ) => {
+    const ctes: Array<Statement.Fragment> = [
+      sql`guard AS (${guard})`,
+      sql`events AS (
+        INSERT INTO run_events (id, run_id, sequence, type, data, created_at)
+        SELECT v.* FROM guard, jsonb_to_recordset(${JSON.stringify(rows.events)}::jsonb)
+          AS v(id text, run_id text, sequence integer, type text, data jsonb, created_at timestamptz))`
+    ]
+    const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
+    const tokens = p.added.inputTokens + p.added.outputTokens
+    if (ended || tokens > 0) {
+      const cell = { tenantId: locked.tenant_id, environment: locked.environment }
+      ctes.push(sql`counted AS (${countRunCommit(sql, cell, { ended, tokens }, at, sql`EXISTS (SELECT 1 FROM guard)`)})`)
+    }
+    if (p.items.length > 0) {
+      ctes.push(sql`items AS (
+        INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
+        SELECT ${locked.conversation_id}, last.position + t.ordinality, ${locked.id}, t.item, ${at}
+        FROM guard,
+             (SELECT COALESCE(MAX(position), 0) AS position FROM conversation_items WHERE conversation_id = ${locked.conversation_id}) last,
+             jsonb_array_elements(${JSON.stringify(p.items)}::jsonb) WITH ORDINALITY AS t(item, ordinality))`)
+    }
+    if (rows.usage.length > 0) {
+      ctes.push(sql`usage AS (
+        INSERT INTO usage_records (id, tenant_id, environment, run_id, kind, agent_revision_id, model_profile_id, provider,
+                                   model, tool_id, input_tokens, output_tokens, created_at)
+        SELECT v.* FROM guard, jsonb_to_recordset(${JSON.stringify(rows.usage)}::jsonb)
+          AS v(id text, tenant_id text, environment text, run_id text, kind text, agent_revision_id text, model_profile_id text,
+               provider text, model text, tool_id text, input_tokens bigint, output_tokens bigint, created_at timestamptz))`)
+    }
+    return sql`
+      WITH ${sql.csv(ctes)}
+      UPDATE runs SET
+        status = ${p.status},
+        status_reason = ${p.reason},
+        last_sequence = ${p.lastSequence},
+        input_tokens = input_tokens + ${p.added.inputTokens},
+        output_tokens = output_tokens + ${p.added.outputTokens},
+        model_calls = model_calls + ${p.added.modelCalls},
+        tool_calls = tool_calls + ${p.added.toolCalls},
+        started_at = ${p.startedAt},
+        execution_deadline_at = ${p.executionDeadlineAt},
+        completed_at = ${p.completedAt},
+        output = ${p.output === undefined ? sql`output` : sql`${JSON.stringify(p.output)}::jsonb`},
+        required_action = ${
+      p.requiredAction === undefined
+        ? sql`required_action`
+        : p.requiredAction === null
+        ? null
+        : sql`${JSON.stringify(p.requiredAction)}::jsonb`
+    }
+      FROM guard WHERE runs.id = guard.id
+      RETURNING runs.id`.pipe(Effect.map((updated) => updated.length))
+  }
+
+  type Committed = Either.Either<
+    {
+      readonly status: RunState.RunStatus
+      readonly from: RunState.RunStatus
+      readonly events: ReadonlyArray<EventRow>
+      readonly row: RunRow
+      /** the ended run's row is already kept for its waiters */
+      readonly endedKept?: boolean
+    },
+    RunState.TransitionRefused
+  >
+
+  /**
+   * The commit of an actor that knows the run as it last wrote it (`known`): planned from that
+   * row, written by one statement (its own transaction) guarded by the run's version and the
+   * cell's generation. Undefined when the guard does not hold (someone else wrote the run, the cell
+   * moved): the caller commits under the run's lock instead, which reads the truth.
+   */
+  const guarded = (known: Locked, commits: ReadonlyArray<Commit>, fence: number) =>
+    Effect.gen(function*() {
+      const at = yield* now
+      const planned = plan(known, commits, at)
+      if (Either.isLeft(planned)) return undefined
+      const p = planned.right
+      const rows = yield* rowsOf(known, p, at)
+      const guard = sql`
+        SELECT r.id FROM runs r JOIN environments e ON e.tenant_id = r.tenant_id AND e.name = r.environment
+        WHERE r.id = ${known.id} AND r.last_sequence = ${known.last_sequence} AND r.status = ${known.status}
+          AND e.cell_generation = ${fence}
+        FOR UPDATE OF r FOR KEY SHARE OF e`
+      const row = applied(known, p, rows.events.at(-1)?.id ?? null)
+      const ends = RunState.isTerminal(p.status) && !RunState.isTerminal(known.status)
+      const outcome = Deferred.unsafeMake<RunRow | undefined>(FiberId.none)
+      if (ends) ending.set(known.id, outcome)
+      const updated = yield* write(guard, known, p, rows, at).pipe(
+        Effect.tap((n) => (n === 1 && ends ? Effect.sync(() => keepEnded(row)) : Effect.void)),
+        Effect.ensuring(
+          ends
+            ? Effect.suspend(() => {
+              if (ending.get(known.id) === outcome) ending.delete(known.id)
+              return Deferred.succeed(outcome, endedHere.get(known.id))
+            })
+            : Effect.void
+        )
+      )
+      if (updated !== 1) return undefined
+      const committed: Committed = Either.right({ status: p.status, from: known.status, events: rows.events, row, endedKept: ends })
+      return committed
+    })
+
+  /** The commit under the run's lock (fenced by the cell's generation when `fence` is given). */
+  const lockedCommit = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
     sql.withTransaction(Effect.gen(function*() {
       const locked = fence === undefined
         ? yield* sql`SELECT * FROM runs WHERE id = ${runId} FOR UPDATE`.pipe(Rows.maybe(LockedRow))
@@ -170,86 +363,44 @@ const make = Effect.gen(function*() {
       const planned = plan(locked, commits, at)
       if (Either.isLeft(planned)) return Either.left(planned.left)
       const p = planned.right
-      const events: Array<EventRow> = []
-      for (const e of p.events) {
-        events.push({ id: yield* makeId("evt"), run_id: runId, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
-      }
-      // The quota counters (D16): a run that ended frees its place, a model call's tokens count.
-      const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
-      const tokens = p.added.inputTokens + p.added.outputTokens
-      const ctes: Array<Statement.Fragment> = [
-        // the events (each notified by the row trigger, at commit)
-        sql`events AS (INSERT INTO run_events ${sql.insert(events.map((e) => ({ ...e, data: JSON.stringify(e.data) })))})`
-      ]
-      if (ended || tokens > 0) {
-        ctes.push(
-          sql`counted AS (${countRunCommit(sql, { tenantId: locked.tenant_id, environment: locked.environment }, { ended, tokens }, at)})`
-        )
-      }
-      if (p.items.length > 0) ctes.push(sql`items AS (${appendItems(locked.conversation_id, runId, p.items, at)})`)
-      if (p.usage.length > 0) {
-        const usage = []
-        for (const u of p.usage) {
-          usage.push({
-            id: yield* makeId("rec"),
-            tenant_id: locked.tenant_id,
-            environment: locked.environment,
-            run_id: runId,
-            kind: u.kind,
-            agent_revision_id: locked.agent_revision_id,
-            model_profile_id: u.model_profile_id ?? null,
-            provider: u.provider ?? null,
-            model: u.model ?? null,
-            tool_id: u.tool_id ?? null,
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            created_at: at
-          })
-        }
-        ctes.push(sql`usage AS (INSERT INTO usage_records ${sql.insert(usage)})`)
-      }
-      // Everything the commit writes in one statement (data-modifying CTEs all run): the run's row last.
-      yield* sql`
-        WITH ${sql.csv(ctes)}
-        UPDATE runs SET
-          status = ${p.status},
-          status_reason = ${p.reason},
-          last_sequence = ${p.lastSequence},
-          input_tokens = input_tokens + ${p.added.inputTokens},
-          output_tokens = output_tokens + ${p.added.outputTokens},
-          model_calls = model_calls + ${p.added.modelCalls},
-          tool_calls = tool_calls + ${p.added.toolCalls},
-          started_at = ${p.startedAt},
-          execution_deadline_at = ${p.executionDeadlineAt},
-          completed_at = ${p.completedAt},
-          output = ${p.output === undefined ? sql`output` : sql`${JSON.stringify(p.output)}::jsonb`},
-          required_action = ${
-        p.requiredAction === undefined
-          ? sql`required_action`
-          : p.requiredAction === null
-          ? null
-          : sql`${JSON.stringify(p.requiredAction)}::jsonb`
-      }
-        WHERE id = ${runId}`
+      const rows = yield* rowsOf(locked, p, at)
+      yield* write(sql`SELECT ${runId}::text AS id`, locked, p, rows, at)
       for (const c of commits) if (c.also !== undefined) yield* c.also
-      return Either.right({
+      const committed: Committed = Either.right({
         status: p.status,
         from: locked.status,
-        events: events as ReadonlyArray<EventRow>,
-        row: applied(locked, p, events.at(-1)?.id ?? null)
+        events: rows.events,
+        row: applied(locked, p, rows.events.at(-1)?.id ?? null)
       })
-    })).pipe(
-      // Counted once committed: now, or after the enclosing request's transaction (a cancel).
+      return committed
+    }))
+
+  const commitAll = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
+    Effect.suspend(() => {
+      const known = fence === undefined || commits.some((c) => c.also !== undefined) ? undefined : kept.get(runId)
+      if (known === undefined) return lockedCommit(runId, commits, fence)
+      return Effect.flatMap(guarded(known, commits, fence!), (committed) => {
+        if (committed !== undefined) return Effect.succeed(committed)
+        kept.delete(runId)
+        return lockedCommit(runId, commits, fence)
+      })
+    }).pipe(
+      // Counted and kept once committed: now, or after the enclosing request's transaction (a cancel).
       Effect.tap((committed) =>
         Either.isRight(committed)
           ? afterCommit(Effect.zipRight(
             recordRunCommit(committed.right.from, committed.right.events),
-            RunState.isTerminal(committed.right.status) && !RunState.isTerminal(committed.right.from)
-              ? keepEnded(committed.right.row)
-              : Effect.void
+            Effect.sync(() => {
+              keep(committed.right.row)
+              const ends = RunState.isTerminal(committed.right.status) && !RunState.isTerminal(committed.right.from)
+              if (ends && committed.right.endedKept !== true) {
+                keepEnded(committed.right.row)
+              }
+            })
           ))
           : Effect.void
-      )
+      ),
+      Effect.map((committed) => Either.map(committed, (c) => ({ status: c.status, events: c.events, row: c.row })))
     )
 
   const items = (conversationId: string, budgetBytes: number) =>
@@ -294,6 +445,7 @@ const make = Effect.gen(function*() {
     conversation,
     insertConversation,
     run,
+    starting,
     ended,
     runOfCell,
     admit,

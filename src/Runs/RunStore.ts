@@ -4,7 +4,7 @@
  * (src/Runs/RunStoreMemory.ts, for fast unit tests of the run actor), as `@effect/cluster`'s
  * `MessageStorage` has both.
  *
- * The one way a run changes is `commitAll`: under the run's lock it asks the state machine
+ * The one way a run changes is `commitAll`: on the run as it is it asks the state machine
  * (src/Domain/RunState.ts) whether each trigger applies, appends the events with the next
  * sequences, updates the run, and writes the step's conversation items and usage records
  * (src/Runs/Commit.ts plans all of it, purely). So an event, the state it reports and the usage it
@@ -140,6 +140,11 @@ export interface RunStoreShape {
   ) => Effect.Effect<ConversationRow, SqlError>
   readonly run: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   readonly runOfCell: (tenantId: string, environment: string, id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
+  /**
+   * The run as its actor starts: the row this process's admission of it wrote, taken once and
+   * within seconds of the admission (no read), else read.
+   */
+  readonly starting: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
   /**
    * The run once it ended: the row this process's commit that ended it wrote, taken once (no
    * read), else read. For `Prefer: wait`, told of the end by the run's terminal event.

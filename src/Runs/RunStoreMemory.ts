@@ -11,7 +11,7 @@ import { Clock, Effect, Either, Layer, Option } from "effect"
 import { exhausted, type QuotaLimits, type QuotaUsed, RUN_QUOTAS, utcDay } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
-import { applied, plan } from "./Commit.js"
+import { admittedRow, applied, plan } from "./Commit.js"
 import {
   type Admission,
   type Commit,
@@ -70,33 +70,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       const over = exhausted(RUN_QUOTAS, limits, usedBy(a))
       if (over !== undefined) return { _tag: "OverQuota", quota: over } as const
       const eventId = yield* makeId("evt")
-      runs.set(a.id, {
-        id: a.id,
-        tenant_id: a.tenant_id,
-        environment: a.environment,
-        workspace_id: a.workspace_id,
-        conversation_id: a.conversation_id,
-        agent_revision_id: a.agent_revision_id,
-        key_id: a.key_id,
-        user_id: a.user_id,
-        status: "queued",
-        status_reason: null,
-        input: a.input,
-        output: null,
-        required_action: null,
-        input_tokens: 0,
-        output_tokens: 0,
-        model_calls: 0,
-        tool_calls: 0,
-        last_sequence: 1,
-        created_at: a.created_at,
-        started_at: null,
-        completed_at: null,
-        start_deadline_at: a.start_deadline_at,
-        execution_deadline_at: null,
-        authorization_expires_at: a.authorization_expires_at,
-        last_event_id: eventId
-      })
+      runs.set(a.id, admittedRow(a, eventId))
       addEvent({ id: eventId, run_id: a.id, sequence: 1, type: "run.queued", data: { status: "queued" }, created_at: a.created_at })
       addItems(a.conversation_id, [a.item])
       return { _tag: "Admitted", eventId } as const
@@ -147,6 +121,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
         return inserted
       }),
     run,
+    starting: run,
     ended: run,
     runOfCell: (tenantId, environment, id) =>
       Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment)),

@@ -118,7 +118,7 @@ export const run = (runId: string, options: ActorOptions) =>
     /** Commits a pending start on its own; false when the run may no longer be driven by this actor. */
     const flushStart = Effect.suspend(() => (pendingStart === undefined ? Effect.succeed(true) : commit()))
 
-    const load = Effect.map(repo.run(runId), Option.getOrUndefined)
+    const load = Effect.map(repo.starting(runId), Option.getOrUndefined)
 
     /** A budget ran out (an unknown write outcome still wins: `outcome_unknown`). */
     const expire = (budget: RunState.Budget) =>
