@@ -15,8 +15,9 @@ import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
 import { afterCommit } from "../Kernel/RequestContext.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
-import { countAdmission, countRunCommit, usedNow } from "../Quotas/Repo.js"
-import { admittedRow, applied, type Plan, plan } from "./Commit.js"
+import { countAdmission, usedNow } from "../Quotas/Repo.js"
+import { admittedRow, applied, plan } from "./Commit.js"
+import { type Locked, rowsOf, write } from "./CommitSql.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
@@ -34,7 +35,6 @@ const KEPT = 10_000
 
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
-type Locked = typeof LockedRow.Type
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
 
 /**
@@ -206,102 +206,6 @@ const make = Effect.gen(function*() {
     if (kept.size > KEPT) kept.delete(kept.keys().next().value!)
   }
 
-  /** The rows a plan writes: its events and usage records, with their ids. */
-  const rowsOf = (locked: Locked, p: Plan, at: Date) =>
-    Effect.gen(function*() {
-      const events: Array<EventRow> = []
-      for (const e of p.events) {
-        events.push({ id: yield* makeId("evt"), run_id: locked.id, sequence: e.sequence, type: e.type, data: e.data, created_at: at })
-      }
-      const usage: Array<Record<string, unknown>> = []
-      for (const u of p.usage) {
-        usage.push({
-          id: yield* makeId("rec"),
-          tenant_id: locked.tenant_id,
-          environment: locked.environment,
-          run_id: locked.id,
-          kind: u.kind,
-          agent_revision_id: locked.agent_revision_id,
-          model_profile_id: u.model_profile_id ?? null,
-          provider: u.provider ?? null,
-          model: u.model ?? null,
-          tool_id: u.tool_id ?? null,
-          input_tokens: u.input_tokens,
-          output_tokens: u.output_tokens,
-          created_at: at
-        })
-      }
-      return { events, usage }
-    })
-
-  /**
-   * Everything a planned commit writes, in one statement: data-modifying CTEs (which all run), each
-   * writing only when `guard` (a query of one row: the run's id) has its row, then the run's row.
-   * The events (each notified by the row trigger, at commit), the quota counters (D16: a run that
-   * ended frees its place, a model call's tokens count), the conversation items appended after the
-   * conversation's last one, the usage records. Answers how many runs it updated (0 or 1).
-   */
-  const write = (
-    guard: Statement.Fragment,
-    locked: Locked,
-    p: Plan,
-    rows: { events: ReadonlyArray<EventRow>; usage: ReadonlyArray<unknown> },
-    at: Date
-  ) => {
-    const ctes: Array<Statement.Fragment> = [
-      sql`guard AS (${guard})`,
-      sql`events AS (
-        INSERT INTO run_events (id, run_id, sequence, type, data, created_at)
-        SELECT v.* FROM guard, jsonb_to_recordset(${JSON.stringify(rows.events)}::jsonb)
-          AS v(id text, run_id text, sequence integer, type text, data jsonb, created_at timestamptz))`
-    ]
-    const ended = !RunState.isTerminal(locked.status) && RunState.isTerminal(p.status)
-    const tokens = p.added.inputTokens + p.added.outputTokens
-    if (ended || tokens > 0) {
-      const cell = { tenantId: locked.tenant_id, environment: locked.environment }
-      ctes.push(sql`counted AS (${countRunCommit(sql, cell, { ended, tokens }, at, sql`EXISTS (SELECT 1 FROM guard)`)})`)
-    }
-    if (p.items.length > 0) {
-      ctes.push(sql`items AS (
-        INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
-        SELECT ${locked.conversation_id}, last.position + t.ordinality, ${locked.id}, t.item, ${at}
-        FROM guard,
-             (SELECT COALESCE(MAX(position), 0) AS position FROM conversation_items WHERE conversation_id = ${locked.conversation_id}) last,
-             jsonb_array_elements(${JSON.stringify(p.items)}::jsonb) WITH ORDINALITY AS t(item, ordinality))`)
-    }
-    if (rows.usage.length > 0) {
-      ctes.push(sql`usage AS (
-        INSERT INTO usage_records (id, tenant_id, environment, run_id, kind, agent_revision_id, model_profile_id, provider,
-                                   model, tool_id, input_tokens, output_tokens, created_at)
-        SELECT v.* FROM guard, jsonb_to_recordset(${JSON.stringify(rows.usage)}::jsonb)
-          AS v(id text, tenant_id text, environment text, run_id text, kind text, agent_revision_id text, model_profile_id text,
-               provider text, model text, tool_id text, input_tokens bigint, output_tokens bigint, created_at timestamptz))`)
-    }
-    return sql`
-      WITH ${sql.csv(ctes)}
-      UPDATE runs SET
-        status = ${p.status},
-        status_reason = ${p.reason},
-        last_sequence = ${p.lastSequence},
-        input_tokens = input_tokens + ${p.added.inputTokens},
-        output_tokens = output_tokens + ${p.added.outputTokens},
-        model_calls = model_calls + ${p.added.modelCalls},
-        tool_calls = tool_calls + ${p.added.toolCalls},
-        started_at = ${p.startedAt},
-        execution_deadline_at = ${p.executionDeadlineAt},
-        completed_at = ${p.completedAt},
-        output = ${p.output === undefined ? sql`output` : sql`${JSON.stringify(p.output)}::jsonb`},
-        required_action = ${
-      p.requiredAction === undefined
-        ? sql`required_action`
-        : p.requiredAction === null
-        ? null
-        : sql`${JSON.stringify(p.requiredAction)}::jsonb`
-    }
-      FROM guard WHERE runs.id = guard.id
-      RETURNING runs.id`.pipe(Effect.map((updated) => updated.length))
-  }
-
   type Committed = Either.Either<
     {
       readonly status: RunState.RunStatus
@@ -336,7 +240,7 @@ const make = Effect.gen(function*() {
       const ends = RunState.isTerminal(p.status) && !RunState.isTerminal(known.status)
       const outcome = Deferred.unsafeMake<RunRow | undefined>(FiberId.none)
       if (ends) ending.set(known.id, outcome)
-      const updated = yield* write(guard, known, p, rows, at).pipe(
+      const updated = yield* write(sql, guard, known, p, rows, at).pipe(
         Effect.tap((n) => (n === 1 && ends ? Effect.sync(() => keepEnded(row)) : Effect.void)),
         Effect.ensuring(
           ends
@@ -364,7 +268,7 @@ const make = Effect.gen(function*() {
       if (Either.isLeft(planned)) return Either.left(planned.left)
       const p = planned.right
       const rows = yield* rowsOf(locked, p, at)
-      yield* write(sql`SELECT ${runId}::text AS id`, locked, p, rows, at)
+      yield* write(sql, sql`SELECT ${runId}::text AS id`, locked, p, rows, at)
       for (const c of commits) if (c.also !== undefined) yield* c.also
       const committed: Committed = Either.right({
         status: p.status,
