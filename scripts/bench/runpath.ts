@@ -97,6 +97,20 @@ interface Costs {
   readonly statements: number
   readonly txControl: number
   readonly xids: number
+  /** write transactions of the service's background work (the cluster runner's), estimated from its idle rate */
+  readonly backgroundXids: number
+}
+
+/** Write transactions per millisecond of an idle service (the cluster runner's heartbeat and polls). */
+let backgroundXidRate = 0
+
+/** Measures the idle service's write transactions for `seconds`: subtracted from each phase's. */
+const measureBackground = async (db: BenchPostgres, seconds: number) => {
+  const x0 = await db.xid()
+  const t0 = performance.now()
+  await new Promise((r) => setTimeout(r, seconds * 1000))
+  backgroundXidRate = (await db.xid() - x0) / (performance.now() - t0)
+  console.log(`  idle service: ${(backgroundXidRate * 1000).toFixed(2)} write tx/s (its cluster runner), subtracted below`)
 }
 
 /** What `work` cost, per unit of what it returns. */
@@ -105,8 +119,10 @@ const measured = async <A extends { readonly count: number }>(db: BenchPostgres,
   const node0 = cpuMs(service.pid)
   const pg0 = db.cpu()
   const x0 = await db.xid()
+  const t0 = performance.now()
   const result = await work()
   const x1 = await db.xid()
+  const background = backgroundXidRate * (performance.now() - t0)
   const node1 = cpuMs(service.pid)
   const pg1 = db.cpu()
   const s = await db.statements()
@@ -116,8 +132,9 @@ const measured = async <A extends { readonly count: number }>(db: BenchPostgres,
     pg: (pg1 - pg0) / n,
     statements: s.statements / n,
     txControl: s.txControl / n,
-    // the bench's own xid reads take none; the cluster runner's heartbeat a few per second
-    xids: (x1 - x0) / n
+    // the bench's own xid reads take none; the cluster runner's, at its idle rate, are not the runs'
+    xids: Math.max(0, x1 - x0 - background) / n,
+    backgroundXids: background / n
   }
   return { result, costs }
 }
@@ -125,7 +142,8 @@ const measured = async <A extends { readonly count: number }>(db: BenchPostgres,
 const printCosts = (label: string, c: Costs) =>
   console.log(
     `    per ${label}: node CPU ${c.node.toFixed(2)} ms, Postgres CPU ${c.pg.toFixed(2)} ms, ${c.statements.toFixed(1)} statements` +
-      ` (+${c.txControl.toFixed(1)} BEGIN/COMMIT), ${c.xids.toFixed(2)} write tx`
+      ` (+${c.txControl.toFixed(1)} BEGIN/COMMIT), ${c.xids.toFixed(2)} write tx` +
+      ` (+${c.backgroundXids.toFixed(2)} of the cluster runner, at its idle rate)`
   )
 
 /** A closed loop of `connections` over HTTP for `seconds`. */
@@ -330,6 +348,7 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
     console.log(`  ${CELLS} cells provisioned; service pid ${svc.pid}, Postgres pid ${db.pid}`)
     const warm = await conversations(db, cells, 2, "warm")
     await endToEnd(svc, warm, 16, 2)
+    await measureBackground(db, quick ? 2 : 5)
 
     // ---- 1. end to end ---------------------------------------------------------------------
     const pool = await conversations(db, cells, 2, "e2e")
