@@ -23,6 +23,9 @@ import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
 
+/** How long one key check answers for every open stream of the key (`keyActive`). */
+const KEY_CHECK_SHARED_MS = 1_000
+
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
 export const tombstoneKey = (value: string) => createHash("sha256").update(value).digest("hex")
@@ -280,6 +283,27 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         ? Effect.succeedNone
         : Effect.map(repo.quickstartWorkspace(p.tenantId, p.environment), (w) => Option.some(w ?? ""))
 
+    /**
+     * Key checks of open streams, shared (issue 20): a check made less than KEY_CHECK_SHARED_MS ago,
+     * or still in flight, answers every stream of the key, so many streams of one key cost one read
+     * a second instead of one each per check interval.
+     */
+    const keyChecks = new Map<string, { readonly at: number; readonly active: Effect.Effect<boolean> }>()
+    const keyActive = (keyId: string) =>
+      Effect.gen(function*() {
+        const at = yield* now
+        const hit = keyChecks.get(keyId)
+        if (hit !== undefined && at.getTime() - hit.at < KEY_CHECK_SHARED_MS) return yield* hit.active
+        const active = yield* Effect.cached(
+          dieOnSqlError(Effect.map(repo.authorization(keyId, null, at), (a) => a === "active"))
+        )
+        keyChecks.set(keyId, { at: at.getTime(), active })
+        if (keyChecks.size > 10_000) {
+          for (const [k, v] of keyChecks) if (at.getTime() - v.at >= KEY_CHECK_SHARED_MS) keyChecks.delete(k)
+        }
+        return yield* active
+      })
+
     return {
       allowedWorkspace: (p: Principal) => dieOnSqlError(allowedWorkspace(p)),
       /**
@@ -290,9 +314,11 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
        */
       authorization: (run: { readonly key_id: string; readonly user_id: string | null }) =>
         dieOnSqlError(Effect.flatMap(now, (at) => repo.authorization(run.key_id, run.user_id, at))),
-      /** Whether a key (with its tenant and environment) may still act (open streams re-check it). */
-      keyActive: (keyId: string) =>
-        dieOnSqlError(Effect.flatMap(now, (at) => Effect.map(repo.authorization(keyId, null, at), (a) => a === "active"))),
+      /**
+       * Whether a key (with its tenant and environment) may still act (open streams re-check it), as
+       * of at most KEY_CHECK_SHARED_MS ago.
+       */
+      keyActive,
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
       updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),

@@ -11,7 +11,7 @@
  * or when the client goes away; the cell's stream slot is released in every case.
  */
 import * as Sse from "@effect/experimental/Sse"
-import { Clock, Duration, Effect, Option, Queue, Schedule, Stream } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Stream } from "effect"
 
 import { Cells } from "../Cells/Cells.js"
 import { CloseStream } from "../Cells/Protocol.js"
@@ -63,14 +63,38 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
         }
       })
 
+    /**
+     * One fiber per stream (issue 20: idle streams were three fibers and a race each): it follows
+     * the bus, sends `: ping` every ping interval, re-reads the database after a ping interval
+     * without news, and checks the key every `streamAuthCheckSeconds`, whichever is due next.
+     */
+    const pingMs = config.runs.pingSeconds * 1000
+    const checkMs = config.runs.streamAuthCheckSeconds * 1000
     const follow = Effect.gen(function*() {
       if (yield* catchUp(true)) return
+      const opened = yield* Clock.currentTimeMillis
+      let nextPing = opened + pingMs
+      let nextCheck = opened + checkMs
+      let nextCatchUp = opened + pingMs
       while (true) {
-        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.seconds(config.runs.pingSeconds))
-        if (Option.isNone(next)) {
-          if (yield* catchUp(false)) return // notifications can be lost (a replaced LISTEN connection)
-          continue
+        const now = yield* Clock.currentTimeMillis
+        if (now >= nextPing) {
+          yield* Queue.offer(out, ": ping\n\n")
+          nextPing = now + pingMs
         }
+        if (now >= nextCheck) {
+          if (!(yield* platform.keyActive(p.keyId))) return
+          nextCheck = now + checkMs
+        }
+        if (now >= nextCatchUp) {
+          // notifications can be lost (a replaced LISTEN connection)
+          if (yield* catchUp(false)) return
+          nextCatchUp = now + pingMs
+        }
+        const wait = Math.max(1, Math.min(nextPing, nextCheck, nextCatchUp) - now)
+        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.millis(wait))
+        if (Option.isNone(next)) continue
+        nextCatchUp = (yield* Clock.currentTimeMillis) + pingMs
         const row = next.value
         if (row.sequence <= last) continue
         if (row.sequence > last + 1) {
@@ -83,22 +107,10 @@ export const eventStream = (p: Principal, runId: string, after: number) =>
       }
     })
 
-    const ping = Queue.offer(out, ": ping\n\n").pipe(
-      Effect.repeat(Schedule.spaced(Duration.seconds(config.runs.pingSeconds))),
-      Effect.delay(Duration.seconds(config.runs.pingSeconds))
-    )
-
-    const revoked = platform.keyActive(p.keyId).pipe(
-      Effect.repeat({
-        schedule: Schedule.spaced(Duration.seconds(config.runs.streamAuthCheckSeconds)),
-        while: (active) => active
-      })
-    )
-
-    // Whichever ends first ends the stream (the follower's own failure included, after a log line).
-    const ending = <A, E>(effect: Effect.Effect<A, E>) =>
-      effect.pipe(Effect.tapErrorCause((cause) => Effect.logWarning("event stream stopped", cause)), Effect.exit, Effect.asVoid)
-    yield* Effect.raceAll([ending(follow), ending(ping), ending(revoked)]).pipe(
+    // Its end ends the stream (its own failure included, after a log line).
+    yield* follow.pipe(
+      Effect.tapErrorCause((cause) => Effect.logWarning("event stream stopped", cause)),
+      Effect.exit,
       Effect.ensuring(Queue.offer(out, END)),
       Effect.forkScoped
     )
