@@ -19,6 +19,7 @@ describe("configuration", () => {
         rateLimit: { ratePerSecond: 60, burst: 120 },
         cellIdleTimeoutSeconds: 600,
         dbPoolSize: 20,
+        dbPreparedStatements: 200,
         webhooks: { concurrency: 32, endpointConcurrency: 4, leaseSeconds: 60, pollSeconds: 30 }
       })
       expect(Option.isNone(s.databaseUrl)).toBe(true)
@@ -36,6 +37,7 @@ describe("configuration", () => {
           { PORT: "0" },
           { PORT: "70000" },
           { DB_POOL_SIZE: "1" }, // migrations need a second connection besides their lock's
+          { DB_PREPARED_STATEMENTS: "-1" },
           { CELL_RATE_LIMIT_RPS: "0" },
           { CELL_RATE_LIMIT_BURST: "0" },
           { CELL_IDLE_TIMEOUT_SECONDS: "0" },

@@ -84,6 +84,8 @@ export interface AppConfigShape {
   readonly rateLimit: { readonly ratePerSecond: number; readonly burst: number }
   readonly cellIdleTimeoutSeconds: number
   readonly dbPoolSize: number
+  /** statements each Postgres connection keeps prepared (0: none), src/Database/Prepared.ts */
+  readonly dbPreparedStatements: number
   /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
   readonly idempotencyTtlSeconds: number
   readonly tombstoneTtlSeconds: number
@@ -307,6 +309,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.withDefault(20),
       Config.validate({ message: "DB_POOL_SIZE must be at least 3", validation: (n) => n >= 3 })
     ),
+    dbPreparedStatements: Config.integer("DB_PREPARED_STATEMENTS").pipe(
+      Config.withDefault(200),
+      Config.validate({ message: "DB_PREPARED_STATEMENTS must be at least 0", validation: (n) => n >= 0 })
+    ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
@@ -385,6 +391,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     rateLimit: { ratePerSecond: 60, burst: 120 },
     cellIdleTimeoutSeconds: 600,
     dbPoolSize: 10,
+    dbPreparedStatements: 200,
     idempotencyTtlSeconds: 7 * 24 * 3600,
     tombstoneTtlSeconds: 90 * 24 * 3600,
     purgeDelaySeconds: 3600,

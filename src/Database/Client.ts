@@ -12,6 +12,7 @@ import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect
 import { AppConfig } from "../Config/AppConfig.js"
 import * as Embedded from "./Embedded.js"
 import * as Migrations from "./Migrations.js"
+import { prepareStatements, type QueryingClient } from "./Prepared.js"
 
 export class DatabaseLost extends Data.TaggedError("DatabaseLost")<{ readonly message: string }> {}
 
@@ -45,6 +46,7 @@ interface Pool {
   query(sql: string): Promise<unknown>
   end(): Promise<void>
   on(event: "error", listener: (error: Error) => void): void
+  on(event: "connect", listener: (client: QueryingClient) => void): void
 }
 const PgModule = createRequire(import.meta.url)("pg") as {
   readonly Pool: new(options: { connectionString: string; max: number; application_name: string }) => Pool
@@ -54,12 +56,13 @@ const PgModule = createRequire(import.meta.url)("pg") as {
  * The `pg` pool, made here rather than inside `PgClient.layer` (whose options these are, with the
  * same first `SELECT 1`) so that its counts can be read: `PgClient.layerFromPool` takes it.
  */
-const pool = (url: Redacted.Redacted, max: number) =>
+const pool = (url: Redacted.Redacted, max: number, prepared: number) =>
   Effect.acquireRelease(
     Effect.tryPromise({
       try: async () => {
         const pool = new PgModule.Pool({ connectionString: Redacted.value(url), max, application_name: "agent-platform" })
         pool.on("error", () => undefined) // an idle client's error: the next query reports it
+        pool.on("connect", (client) => prepareStatements(client, prepared))
         try {
           await pool.query("SELECT 1")
           return pool
@@ -78,9 +81,9 @@ const pool = (url: Redacted.Redacted, max: number) =>
     (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
   )
 
-const poolLayer = (url: Redacted.Redacted, max: number) =>
+const poolLayer = (url: Redacted.Redacted, max: number, prepared: number) =>
   Layer.unwrapScoped(
-    Effect.map(pool(url, max), (pool) =>
+    Effect.map(pool(url, max, prepared), (pool) =>
       Layer.merge(
         PgClient.layerFromPool({ acquire: Effect.succeed(pool), applicationName: "agent-platform" }),
         Layer.succeed(DatabasePool, {
@@ -106,7 +109,7 @@ export const PgLive = Layer.unwrapScoped(
         )
     })
     return Layer.merge(
-      poolLayer(url, config.dbPoolSize),
+      poolLayer(url, config.dbPoolSize, config.dbPreparedStatements),
       Layer.succeed(DatabaseWatch, { lost })
     )
   })
