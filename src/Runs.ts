@@ -5,7 +5,7 @@
  * the user's input in one transaction, then asks the cell to start the run's actor. If this process
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
-import { Clock, Duration, Effect, Exit, Option, Queue, Schema, Scope, Stream } from "effect"
+import { Clock, Duration, Effect, Exit, Option, Queue, Schema, Scope } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
@@ -26,7 +26,7 @@ import { terminalRunResponse } from "./Runs/Api.js"
 import { EventBus } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
-import { eventStream } from "./Runs/Stream.js"
+import { StreamHub } from "./Runs/Stream.js"
 
 const runNotFound = notFound("run", "run_id")
 const invalidCursor = (param: string) =>
@@ -275,8 +275,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         }
       })
 
-    /** Opens an SSE stream slot or fails with 429 `stream_limit_reached` (contract part 8). */
-    const streamContext = yield* Effect.context<Repo.RunStore | EventBus | Cells | AppConfig | Platform>()
+    const streams = yield* StreamHub
 
     /**
      * The run's events as an SSE body (D8), after `Last-Event-ID` or `cursor`; takes one of the
@@ -300,7 +299,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           yield* setResponseHeader("retry-after", "1")
           return yield* new RateLimited({ code: "stream_limit_reached", message: `Too many open event streams: at most ${limit}` })
         }
-        return eventStream(p, runId, after).pipe(Stream.provideContext(streamContext))
+        return yield* streams.open(p, runId, after)
       })
 
     /**
@@ -356,7 +355,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [EventBus.Default, ActorSessions.Default, Platform.Default, Agents.Default, Files.Default]
+  dependencies: [EventBus.Default, StreamHub.Default, ActorSessions.Default, Platform.Default, Agents.Default, Files.Default]
 }) {}
 
 export type { RunEvent }

@@ -5,10 +5,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { defaultRunConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, readSse, request } from "./support/Client.js"
+import { freshDatabase } from "./support/Database.js"
 import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
 import { upload } from "./support/Files.js"
 import { isTerminal, RUNNER_SCOPES, scriptedSandbox } from "./support/Sandboxes.js"
@@ -37,6 +38,25 @@ describe("runs (live clock)", () => {
       expect((yield* request("GET", `${s.P}/runs/${run.id}`, { key: runner.secret })).status).toBe(401)
       yield* request("POST", `${s.P}/runs/${run.id}/cancel`, { key: s.key })
     }).pipe(Effect.provide(makeTestApp({ runs: { ...defaultRunConfig, pingSeconds: 1, streamAuthCheckSeconds: 1 } }))), 30_000)
+
+  it.live("stopping the service (what SIGTERM does) with a stream open: the stream ends, the service stops", () =>
+    Effect.gen(function*() {
+      const db = yield* freshDatabase
+      const scope = yield* Scope.make()
+      const app = yield* Layer.buildWithScope(makeTestApp({}, db.url), scope)
+      const streaming = yield* Effect.gen(function*() {
+        const { baseUrl } = yield* TestApp
+        const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "never" }])
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+        return yield* Effect.fork(readSse(`${baseUrl}${s.P}/runs/${run.id}/events/stream`, { authorization: `Bearer ${s.key}` }))
+      }).pipe(Effect.provide(app))
+      yield* Effect.sleep("1 second")
+      const stopped = yield* Scope.close(scope, Exit.void).pipe(Effect.timeout("10 seconds"), Effect.either)
+      expect(stopped._tag).toBe("Right")
+      const read = yield* Fiber.join(streaming).pipe(Effect.timeout("5 seconds"))
+      // the history it was sent before the end: the client resumes elsewhere from the last id
+      expect(read.frames.map((f) => f.event)).toContain("run.queued")
+    }).pipe(Effect.scoped), 30_000)
 
   it.live(
     "stream limits per actor and per cell (16 and 128 by default); one more is 429 stream_limit_reached",

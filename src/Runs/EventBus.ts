@@ -5,7 +5,8 @@
  * commit), so nothing is announced before it is durable, whichever process or node committed it.
  * One LISTEN connection per process; a notification carries the event when it fits in a NOTIFY
  * payload (else the event is read once from the database, only if someone here follows that
- * run), and is offered to each subscriber's bounded queue. Subscribers never
+ * run), and is handed to each subscriber: offered to its bounded queue (`subscribe`: waiters), or
+ * given to its callback (`listen`: SSE streams, which are not fibers). Subscribers never
  * rely on the bus alone: they read from the database after subscribing, and on any sequence gap
  * (a full queue dropped something, or the LISTEN connection was replaced) they read the missing
  * events from the database again.
@@ -19,7 +20,8 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
   scoped: Effect.gen(function*() {
     const pg = yield* PgClient.PgClient
     const repo = yield* RunStore
-    const subscribers = new Map<string, Set<Queue.Queue<EventRow>>>()
+    /** Per run, what each subscriber does with a row: offer it to its queue, or its own callback. */
+    const subscribers = new Map<string, Set<(row: EventRow) => void>>()
 
     const deliver = (payload: string) =>
       Effect.gen(function*() {
@@ -30,8 +32,8 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           return
         }
         if (typeof note.run_id !== "string" || typeof note.sequence !== "number") return
-        const queues = subscribers.get(note.run_id)
-        if (!queues || queues.size === 0) return
+        const listeners = subscribers.get(note.run_id)
+        if (!listeners || listeners.size === 0) return
         // The event travels in the notification when it fits (migration 0006); else it is read.
         const row: EventRow | undefined = note.event
           ? {
@@ -44,7 +46,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           }
           : (yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)).find((r) => r.sequence === note.sequence)
         if (!row) return
-        for (const q of queues) yield* Queue.offer(q, row)
+        for (const listener of listeners) listener(row)
       }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("run event fan-out failed", cause)))
 
     yield* pg.listen("run_events").pipe(
@@ -54,24 +56,31 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
       Effect.forkScoped
     )
 
+    /**
+     * Calls `onRow` with each event of `runId` committed from now on, until the returned function is
+     * called; `onRow` runs synchronously in the fan-out, so it must only take note (SSE streams).
+     */
+    const listen = (runId: string, onRow: (row: EventRow) => void) => {
+      let set = subscribers.get(runId)
+      if (!set) subscribers.set(runId, set = new Set())
+      set.add(onRow)
+      return () => {
+        const set = subscribers.get(runId)
+        set?.delete(onRow)
+        if (set && set.size === 0) subscribers.delete(runId)
+      }
+    }
+
     /** Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls). */
     const subscribe = (runId: string) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           const q = Effect.runSync(Queue.sliding<EventRow>(1024))
-          let set = subscribers.get(runId)
-          if (!set) subscribers.set(runId, set = new Set())
-          set.add(q)
-          return q as Queue.Dequeue<EventRow>
+          return { q, unlisten: listen(runId, (row) => void q.unsafeOffer(row)) }
         }),
-        (q) =>
-          Effect.sync(() => {
-            const set = subscribers.get(runId)
-            set?.delete(q as Queue.Queue<EventRow>)
-            if (set && set.size === 0) subscribers.delete(runId)
-          }).pipe(Effect.zipRight(Queue.shutdown(q)))
-      )
+        ({ q, unlisten }) => Effect.sync(unlisten).pipe(Effect.zipRight(Queue.shutdown(q)))
+      ).pipe(Effect.map(({ q }) => q as Queue.Dequeue<EventRow>))
 
-    return { subscribe } as const
+    return { subscribe, listen } as const
   })
 }) {}

@@ -37,7 +37,7 @@ export const EventsLive = HttpApiBuilder.group(Api, "events", (handlers) =>
               lastEventId: headers["last-event-id"],
               cursor: urlParams.cursor
             }),
-            (events) => HttpServerResponse.stream(events, { contentType: "text/event-stream", headers: { "x-accel-buffering": "no" } })
+            (body) => HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: { "x-accel-buffering": "no" } })
           )
         )
       )))

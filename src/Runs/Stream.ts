@@ -9,9 +9,18 @@
  * It ends after a terminal event (except `run.outcome_unknown`, which a `run.reconciled` receipt
  * may follow), when the key that opened it is revoked (checked every few seconds, so within 15 s),
  * or when the client goes away; the cell's stream slot is released in every case.
+ *
+ * Issue 20 (10,000 idle streams): an open stream is a small object, not a fiber. The body is a
+ * Node `Readable` the response pipes; the bus calls the stream with each committed row, which it
+ * frames at once when it is the next one; one ticker of the hub sends the pings and starts the
+ * key checks and the quiet-interval reads that are due. Only a database read or a key check runs
+ * as a fiber, for as long as it takes. A client that reads slower than events come fills the
+ * body's buffer: the stream then stops taking rows from the bus and reads them from the database
+ * once the client has drained it (the bus never waits for a stream).
  */
 import * as Sse from "@effect/experimental/Sse"
-import { Clock, Duration, Effect, Option, Queue, Stream } from "effect"
+import { Effect, FiberSet } from "effect"
+import { Readable } from "node:stream"
 
 import { Cells } from "../Cells/Cells.js"
 import { CloseStream } from "../Cells/Protocol.js"
@@ -23,104 +32,254 @@ import { Platform } from "../Platform.js"
 import { EventBus } from "./EventBus.js"
 import { type EventRow, RunStore, toEvent } from "./RunStore.js"
 
-const END = Symbol("end")
 const PAGE = 500
+/** How often the hub looks for due pings, key checks and quiet-interval reads. */
+const TICK_MS = 250
 
 /** Events after which the stream may end: a terminal outcome nothing can follow (a `run.reconciled` receipt may follow `outcome_unknown`). */
 const ENDS_STREAM = new Set(TERMINAL_STATUSES.filter((s) => s !== "outcome_unknown").map((s) => `run.${s}`))
 
-export const frame = (row: EventRow): string =>
-  Sse.encoder.write({ _tag: "Event", event: row.type, id: row.id, data: JSON.stringify(toEvent(row)) })
+/** A row's frame, made once for all the streams the bus hands the same row to. */
+const framed = new WeakMap<EventRow, string>()
 
-export const eventStream = (p: Principal, runId: string, after: number) =>
-  Stream.unwrapScoped(Effect.gen(function*() {
+export const frame = (row: EventRow): string => {
+  let text = framed.get(row)
+  if (text === undefined) {
+    text = Sse.encoder.write({ _tag: "Event", event: row.type, id: row.id, data: JSON.stringify(toEvent(row)) })
+    framed.set(row, text)
+  }
+  return text
+}
+
+const PING = ": ping\n\n"
+
+/** What a stream needs of the hub (exported for the stream's tests). */
+export interface Hub {
+  readonly fork: (effect: Effect.Effect<void, unknown>) => void
+  readonly now: () => number
+  readonly pingMs: number
+  readonly checkMs: number
+  readonly eventsAfter: (runId: string, after: number) => Effect.Effect<ReadonlyArray<EventRow>, unknown>
+  readonly keyActive: (keyId: string) => Effect.Effect<boolean, unknown>
+  readonly listen: (runId: string, onRow: (row: EventRow) => void) => () => void
+  readonly closed: (stream: EventStream) => void
+  readonly lag: (row: EventRow) => void
+}
+
+/** One open stream: its body, where it is in the run, and what is due when (exported for its tests). */
+export class EventStream {
+  readonly body: Readable
+  private last: number
+  private nextPing = 0
+  private nextCheck = 0
+  private nextCatchUp = 0
+  private started = false
+  /** a database read or a key check is running */
+  private busy = false
+  /** a row came while busy or paused: read the database again */
+  private again = false
+  /** the body's buffer is full: rows are read from the database once the client drained it */
+  private paused = false
+  private ended = false
+  private unlisten: (() => void) | undefined
+
+  constructor(
+    private readonly hub: Hub,
+    private readonly p: Principal,
+    private readonly runId: string,
+    after: number,
+    highWaterMark?: number
+  ) {
+    this.last = after
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
+    const self = this
+    this.body = new Readable({
+      ...(highWaterMark === undefined ? {} : { highWaterMark }),
+      read() {
+        self.resume()
+      },
+      destroy(error, callback) {
+        self.end(false)
+        callback(error)
+      }
+    })
+  }
+
+  /** The response reads: the first time, the stream starts; after a full buffer, it catches up. */
+  private resume() {
+    if (this.ended) return
+    if (!this.started) {
+      this.started = true
+      const now = this.hub.now()
+      this.nextPing = now + this.hub.pingMs
+      this.nextCheck = now + this.hub.checkMs
+      this.nextCatchUp = now + this.hub.pingMs
+      // Subscribed before the history is read, so nothing committed meanwhile is missed.
+      this.unlisten = this.hub.listen(this.runId, (row) => this.onRow(row))
+      this.catchUp(true)
+    } else if (this.paused) {
+      this.paused = false
+      if (this.again) this.catchUp(false)
+    }
+  }
+
+  /** Sends `chunk`; false when the buffer is full (the stream pauses). */
+  private push(chunk: string) {
+    if (this.body.push(chunk)) return true
+    this.paused = true
+    return false
+  }
+
+  /** Frames `row`; `true` when the stream is over. */
+  private send(row: EventRow, live: boolean) {
+    if (live) this.hub.lag(row)
+    this.last = row.sequence
+    this.push(frame(row))
+    if (ENDS_STREAM.has(row.type)) {
+      this.end(true)
+      return true
+    }
+    return false
+  }
+
+  private onRow(row: EventRow) {
+    if (this.ended) return
+    this.nextCatchUp = this.hub.now() + this.hub.pingMs
+    if (this.busy || this.paused) {
+      this.again = true
+      return
+    }
+    if (row.sequence <= this.last) return
+    if (row.sequence > this.last + 1) this.catchUp(false)
+    else this.send(row, true)
+  }
+
+  /** Sends rows in order from the database after `last`, until none is left (or the buffer is full). */
+  private catchUp(history: boolean) {
+    this.busy = true
+    this.again = false
+    const page: Effect.Effect<void, unknown> = Effect.flatMap(this.hub.eventsAfter(this.runId, this.last), (rows) => {
+      for (const row of rows) {
+        if (this.ended || row.sequence <= this.last) continue
+        if (this.send(row, !history)) return Effect.void
+      }
+      return rows.length === PAGE && !this.paused && !this.ended ? page : Effect.void
+    })
+    this.run(page, () => undefined)
+  }
+
+  /**
+   * Runs `effect` as the stream's one fiber, then reads the rows that came meanwhile, or `then`;
+   * its failure ends the stream after a log line.
+   */
+  private run(effect: Effect.Effect<void, unknown>, then: () => void) {
+    this.hub.fork(
+      effect.pipe(
+        Effect.matchCauseEffect({
+          onFailure: (cause) =>
+            Effect.zipRight(
+              Effect.logWarning("event stream stopped", cause),
+              Effect.sync(() => this.end(true))
+            ),
+          onSuccess: () =>
+            Effect.sync(() => {
+              this.busy = false
+              if (this.ended) return
+              // rows that came meanwhile were left to the database
+              if (this.again && !this.paused) this.catchUp(false)
+              else then()
+            })
+        }),
+        Effect.annotateLogs({ run_id: this.runId })
+      )
+    )
+  }
+
+  /** What is due at `now`: a ping (never later than the interval), a key check, a quiet-interval read. */
+  tick(now: number) {
+    if (!this.started || this.ended || this.busy) return
+    if (!this.paused && now + TICK_MS >= this.nextPing) {
+      this.push(PING)
+      this.nextPing = now + this.hub.pingMs
+    }
+    if (now >= this.nextCheck) {
+      this.nextCheck = now + this.hub.checkMs
+      this.busy = true
+      this.run(
+        Effect.map(this.hub.keyActive(this.p.keyId), (active) => {
+          if (!active) this.end(true)
+        }),
+        () => this.tick(this.hub.now())
+      )
+      return
+    }
+    if (now >= this.nextCatchUp && !this.paused) {
+      // notifications can be lost (a replaced LISTEN connection)
+      this.nextCatchUp = now + this.hub.pingMs
+      this.catchUp(false)
+    }
+  }
+
+  /** Ends the stream once: the body ends (`finish`) or was destroyed, the bus and the slot are let go. */
+  end(finish: boolean) {
+    if (this.ended) return
+    this.ended = true
+    this.unlisten?.()
+    if (finish) this.body.push(null)
+    this.hub.closed(this)
+  }
+}
+
+/** The open streams of this process, and their ticker. */
+export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
+  scoped: Effect.gen(function*() {
     const repo = yield* RunStore
     const platform = yield* Platform
     const bus = yield* EventBus
     const cells = yield* Cells
     const config = yield* AppConfig
-    // The slot was taken by Runs.openStream before the response started.
-    yield* Effect.addFinalizer(() =>
-      cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id }))
-    )
-    const events = yield* bus.subscribe(runId)
-    // Rows are framed as they are written, which is when their lag from the commit is measured
-    // (the history a stream starts with is sent framed: its age is not a delay).
-    const out = yield* Queue.bounded<string | EventRow | typeof END>(256)
-    let last = after
+    const fork = yield* FiberSet.makeRuntime<never, void, unknown>()
+    const open = new Map<EventStream, Principal>()
+    const clock = yield* Effect.clock
+    const now = () => clock.unsafeCurrentTimeMillis()
 
-    /** Sends rows in order from the database, starting after `last`; `true` once a final event is sent. */
-    const catchUp = (history: boolean): Effect.Effect<boolean, unknown> =>
-      Effect.gen(function*() {
-        while (true) {
-          const rows = yield* repo.eventsAfter(runId, last, PAGE)
-          for (const row of rows) {
-            yield* Queue.offer(out, history ? frame(row) : row)
-            last = row.sequence
-            if (ENDS_STREAM.has(row.type)) return true
-          }
-          if (rows.length < PAGE) return false
-        }
-      })
+    const hub: Hub = {
+      fork: (effect) => void fork(effect),
+      now,
+      pingMs: config.runs.pingSeconds * 1000,
+      checkMs: config.runs.streamAuthCheckSeconds * 1000,
+      eventsAfter: (runId, after) => repo.eventsAfter(runId, after, PAGE),
+      keyActive: (keyId) => platform.keyActive(keyId),
+      listen: bus.listen,
+      closed: (stream) => {
+        const p = open.get(stream)
+        if (p === undefined) return
+        open.delete(stream)
+        // The slot was taken by Runs.streamEvents before the response started.
+        fork(cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id })))
+      },
+      lag: (row) => Effect.runSync(recordStreamLag(row.created_at, now()))
+    }
 
-    /**
-     * One fiber per stream (issue 20: idle streams were three fibers and a race each): it follows
-     * the bus, sends `: ping` every ping interval, re-reads the database after a ping interval
-     * without news, and checks the key every `streamAuthCheckSeconds`, whichever is due next.
-     */
-    const pingMs = config.runs.pingSeconds * 1000
-    const checkMs = config.runs.streamAuthCheckSeconds * 1000
-    const follow = Effect.gen(function*() {
-      if (yield* catchUp(true)) return
-      const opened = yield* Clock.currentTimeMillis
-      let nextPing = opened + pingMs
-      let nextCheck = opened + checkMs
-      let nextCatchUp = opened + pingMs
+    yield* Effect.gen(function*() {
       while (true) {
-        const now = yield* Clock.currentTimeMillis
-        if (now >= nextPing) {
-          yield* Queue.offer(out, ": ping\n\n")
-          nextPing = now + pingMs
-        }
-        if (now >= nextCheck) {
-          if (!(yield* platform.keyActive(p.keyId))) return
-          nextCheck = now + checkMs
-        }
-        if (now >= nextCatchUp) {
-          // notifications can be lost (a replaced LISTEN connection)
-          if (yield* catchUp(false)) return
-          nextCatchUp = now + pingMs
-        }
-        const wait = Math.max(1, Math.min(nextPing, nextCheck, nextCatchUp) - now)
-        const next = yield* Effect.timeoutOption(Queue.take(events), Duration.millis(wait))
-        if (Option.isNone(next)) continue
-        nextCatchUp = (yield* Clock.currentTimeMillis) + pingMs
-        const row = next.value
-        if (row.sequence <= last) continue
-        if (row.sequence > last + 1) {
-          if (yield* catchUp(false)) return
-          continue
-        }
-        yield* Queue.offer(out, row)
-        last = row.sequence
-        if (ENDS_STREAM.has(row.type)) return
+        yield* Effect.sleep(TICK_MS)
+        const at = now()
+        for (const stream of open.keys()) stream.tick(at)
       }
-    })
+    }).pipe(Effect.forkScoped)
+    // The process stops: every stream ends (its client sees the body end and may resume).
+    yield* Effect.addFinalizer(() => Effect.sync(() => [...open.keys()].forEach((s) => s.end(true))))
 
-    // Its end ends the stream (its own failure included, after a log line).
-    yield* follow.pipe(
-      Effect.tapErrorCause((cause) => Effect.logWarning("event stream stopped", cause)),
-      Effect.exit,
-      Effect.ensuring(Queue.offer(out, END)),
-      Effect.forkScoped
-    )
-    return Stream.fromQueue(out).pipe(
-      Stream.takeWhile((item): item is string | EventRow => item !== END),
-      Stream.mapEffect((item) =>
-        typeof item === "string"
-          ? Effect.succeed(item)
-          : Effect.as(Effect.flatMap(Clock.currentTimeMillis, (now) => recordStreamLag(item.created_at, now)), frame(item))
-      ),
-      Stream.encodeText
-    )
-  }))
+    return {
+      /** The body of a stream of `runId` after sequence `after`; its cell's slot is released when it ends. */
+      open: (p: Principal, runId: string, after: number) =>
+        Effect.sync(() => {
+          const stream = new EventStream(hub, p, runId, after)
+          open.set(stream, p)
+          return stream.body
+        })
+    } as const
+  }),
+  dependencies: [EventBus.Default, Platform.Default]
+}) {}
