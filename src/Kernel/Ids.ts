@@ -1,7 +1,6 @@
-import { randomBytes } from "node:crypto"
-
 import { Clock, Effect, Schema } from "effect"
 
+import { randomView } from "./Random.js"
 import { SingleLine } from "./Strings.js"
 
 const CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -29,7 +28,7 @@ const nextRandom = (ms: number): bigint => {
   }
   lastMs = ms
   // Leave headroom so increments within one millisecond never wrap.
-  lastRandom = BigInt("0x" + randomBytes(10).toString("hex")) >> 1n
+  lastRandom = BigInt("0x" + randomView(10).toString("hex")) >> 1n
   return lastRandom
 }
 
