@@ -462,7 +462,8 @@ export const __profile = async (db: BenchPostgres, svc: Service, mode: string) =
   await endToEnd(svc, await conversations(db, cells, 2, "warm"), 16, 2)
   const pool = await conversations(db, cells, mode === "e2e" ? 2 : 100, "p")
   const from = Date.now()
-  const m = await measured(db, svc, () => mode === "e2e" ? endToEnd(svc, pool, 16, 10) : admission(svc, pool, 16, 10))
+  const c = Number(process.env["PROFILE_CONNECTIONS"] ?? 16)
+  const m = await measured(db, svc, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
   printCosts("run", m.costs)
   for (const s of await db.topStatements(40)) console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
   return { from, to: Date.now(), count: m.result.count }
