@@ -261,13 +261,20 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
       lag: (row) => Effect.runSync(recordStreamLag(row.created_at, now()))
     }
 
-    yield* Effect.gen(function*() {
+    /**
+     * The ticker runs while a stream is open (a clock that jumps days in a test would otherwise
+     * wake it every tick of the way).
+     */
+    let ticking = false
+    const ticker = Effect.gen(function*() {
       while (true) {
         yield* Effect.sleep(TICK_MS)
+        // checked and cleared in one step: a stream opening now starts the next ticker
+        if (open.size === 0) return void (ticking = false)
         const at = now()
         for (const stream of open.keys()) stream.tick(at)
       }
-    }).pipe(Effect.forkScoped)
+    })
     // The process stops: every stream ends (its client sees the body end and may resume).
     yield* Effect.addFinalizer(() => Effect.sync(() => [...open.keys()].forEach((s) => s.end(true))))
 
@@ -277,6 +284,10 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
         Effect.sync(() => {
           const stream = new EventStream(hub, p, runId, after)
           open.set(stream, p)
+          if (!ticking) {
+            ticking = true
+            fork(ticker)
+          }
           return stream.body
         })
     } as const
