@@ -199,6 +199,20 @@ describe("an SSE stream's logic", () => {
     expect(w.listeners.size).toBe(0)
   })
 
+  it("a body the response never reads (a HEAD, a client gone before it started) is let go after 10 s", async () => {
+    const w = world()
+    const stream = new EventStream(w.hub, principal, "run_1", 0, undefined)
+    w.clock.now = 9_999
+    stream.tick(w.clock.now)
+    await w.settle()
+    expect(w.closed).toEqual([])
+    w.clock.now = 10_000
+    stream.tick(w.clock.now)
+    await w.settle()
+    expect(w.closed).toEqual([stream])
+    expect(w.listeners.size).toBe(0)
+  })
+
   it("a client gone (the body destroyed) lets go of the bus and the slot once", async () => {
     const { stream, w } = await opened()
     expect(w.listeners.size).toBe(1)

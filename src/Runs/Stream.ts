@@ -35,6 +35,8 @@ import { type EventRow, RunStore, toEvent } from "./RunStore.js"
 const PAGE = 500
 /** How often the hub looks for due pings, key checks and quiet-interval reads. */
 const TICK_MS = 250
+/** A body its response has not started reading after this long is let go (its slot too). */
+const UNREAD_MS = 10_000
 
 /** Events after which the stream may end: a terminal outcome nothing can follow (a `run.reconciled` receipt may follow `outcome_unknown`). */
 const ENDS_STREAM = new Set(TERMINAL_STATUSES.filter((s) => s !== "outcome_unknown").map((s) => `run.${s}`))
@@ -74,6 +76,7 @@ export class EventStream {
   private nextCheck = 0
   private nextCatchUp = 0
   private started = false
+  private readonly openedAt: number
   /** a database read or a key check is running */
   private busy = false
   /** a row came while busy or paused: read the database again */
@@ -91,6 +94,7 @@ export class EventStream {
     highWaterMark?: number
   ) {
     this.last = after
+    this.openedAt = hub.now()
     // eslint-disable-next-line @typescript-eslint/no-this-alias
     const self = this
     this.body = new Readable({
@@ -197,7 +201,12 @@ export class EventStream {
 
   /** What is due at `now`: a ping (never later than the interval), a key check, a quiet-interval read. */
   tick(now: number) {
-    if (!this.started || this.ended || this.busy) return
+    if (!this.started) {
+      // A body the response never read (a HEAD, a client gone before the body started): let go.
+      if (!this.ended && now - this.openedAt >= UNREAD_MS) this.body.destroy()
+      return
+    }
+    if (this.ended || this.busy) return
     if (!this.paused && now + TICK_MS >= this.nextPing) {
       this.push(PING)
       this.nextPing = now + this.hub.pingMs
