@@ -21,17 +21,23 @@ import { expectSingle } from "./support/Envelopes.js"
 import { scriptedSandbox } from "./support/Sandboxes.js"
 import { eventually } from "./support/Waiting.js"
 
+/** A scripted run that is running (sleeping in its first step), and its cell's generation as read now. */
+const runningRun = Effect.gen(function*() {
+  const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "late" }])
+  const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
+  yield* eventually(s.getRun(run.id), (r) => r.status === "running")
+  const sql = yield* SqlClient.SqlClient
+  const generation = Effect.map(
+    Effect.orDie(sql<{ g: number }>`SELECT cell_generation AS g FROM environments WHERE tenant_id = ${s.tenantId}`),
+    ([row]) => row!.g
+  )
+  return { s, run, sql, generation }
+})
+
 layer(makeTestApp(), { excludeTestServices: true, timeout: "60 seconds" })("fencing by cell generation", (it) => {
   it.effect("a commit of an older generation is refused in the database and interrupts its fiber", () =>
     Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "late" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-      const sql = yield* SqlClient.SqlClient
-      const generation = Effect.map(
-        Effect.orDie(sql<{ g: number }>`SELECT cell_generation AS g FROM environments WHERE tenant_id = ${s.tenantId}`),
-        ([row]) => row!.g
-      )
+      const { generation, run, s, sql } = yield* runningRun
       const running = yield* generation
       const store = Context.get(yield* Layer.build(RunStoreSql), RunStore)
       const eventsBefore = (yield* s.events(run.id)).items.length
@@ -52,11 +58,8 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "60 seconds" })("fenc
 
   it.effect("a commit planned from a row another process moved since writes nothing of its plan: it is decided under the lock", () =>
     Effect.gen(function*() {
-      const s = yield* scriptedSandbox([{ type: "sleep", seconds: 60 }, { type: "text", text: "late" }])
-      const run = expectSingle(yield* s.startRun((yield* s.conversation()).id), 202)
-      yield* eventually(s.getRun(run.id), (r) => r.status === "running")
-      const sql = yield* SqlClient.SqlClient
-      const [{ g }] = yield* Effect.orDie(sql<{ g: number }>`SELECT cell_generation AS g FROM environments WHERE tenant_id = ${s.tenantId}`)
+      const { generation, run, s } = yield* runningRun
+      const g = yield* generation
       // two processes' stores: each keeps the rows its own commits wrote
       const a = Context.get(yield* Layer.build(RunStoreSql), RunStore)
       const b = Context.get(yield* Layer.build(RunStoreSql), RunStore)

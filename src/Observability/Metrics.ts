@@ -102,9 +102,12 @@ export const recordRunCommit = (
 export const trackActive = <A, E, R>(gauge: Metric.Metric.Gauge<number>, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.acquireUseRelease(Metric.increment(gauge), () => effect, () => Metric.incrementBy(gauge, -1))
 
-/** One event frame written to an SSE stream, committed at `createdAt`, now `nowMillis`. */
-export const recordStreamLag = (createdAt: Date, nowMillis: number): Effect.Effect<void> =>
-  Metric.update(eventStreamLag, Math.max(0, nowMillis - createdAt.getTime()) / 1000)
+/**
+ * One event frame written to an SSE stream, committed at `createdAt`, now `nowMillis`: recorded at
+ * once (a stream is not a fiber, and this runs for every frame of every stream).
+ */
+export const recordStreamLag = (createdAt: Date, nowMillis: number): void =>
+  eventStreamLag.unsafeUpdate(Math.max(0, nowMillis - createdAt.getTime()) / 1000, [])
 
 /** Counts the current scope in `gauge` until it closes (a cell's life). */
 export const activeInScope = (gauge: Metric.Metric.Gauge<number>) =>

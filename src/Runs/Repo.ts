@@ -33,6 +33,13 @@ const ADMITTED_FRESH_MS = 5_000
 /** How many unfinished runs' rows are kept for their actors' next commits (`commitAll`). */
 const KEPT = 10_000
 
+/** Sets `key` last in an insertion-ordered map of at most `max` entries, the oldest dropped. */
+const remember = <V>(map: Map<string, V>, key: string, value: V, max: number) => {
+  map.delete(key)
+  map.set(key, value)
+  if (map.size > max) map.delete(map.keys().next().value!)
+}
+
 const RUN_COLUMNS = `r.*, (SELECT e.id FROM run_events e WHERE e.run_id = r.id AND e.sequence = r.last_sequence) AS last_event_id`
 const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
@@ -103,10 +110,7 @@ const make = Effect.gen(function*() {
         return Effect.succeed(Option.some(row))
       })
     })
-  const keepEnded = (row: RunRow) => {
-    endedHere.set(row.id, row)
-    if (endedHere.size > ENDED_KEPT) endedHere.delete(endedHere.keys().next().value!)
-  }
+  const keepEnded = (row: RunRow) => remember(endedHere, row.id, row, ENDED_KEPT)
 
   /**
    * Runs this process admitted, until their actor takes them (`starting`): at most ENDED_KEPT, the
@@ -161,8 +165,7 @@ const make = Effect.gen(function*() {
         Effect.sync(() => {
           const admitted = admittedRow(row, eventId)
           keep(admitted)
-          admittedHere.set(row.id, { row: admitted, at: Date.now() })
-          if (admittedHere.size > ENDED_KEPT) admittedHere.delete(admittedHere.keys().next().value!)
+          remember(admittedHere, row.id, { row: admitted, at: Date.now() }, ENDED_KEPT)
         })
       ))
       return { _tag: "Admitted", eventId } as const
@@ -199,12 +202,7 @@ const make = Effect.gen(function*() {
    * most KEPT, the oldest dropped.
    */
   const kept = new Map<string, Locked>()
-  const keep = (row: Locked) => {
-    kept.delete(row.id)
-    if (RunState.isTerminal(row.status)) return
-    kept.set(row.id, row)
-    if (kept.size > KEPT) kept.delete(kept.keys().next().value!)
-  }
+  const keep = (row: Locked) => RunState.isTerminal(row.status) ? kept.delete(row.id) : remember(kept, row.id, row, KEPT)
 
   type Committed = Either.Either<
     {
@@ -303,8 +301,7 @@ const make = Effect.gen(function*() {
             })
           ))
           : Effect.void
-      ),
-      Effect.map((committed) => Either.map(committed, (c) => ({ status: c.status, events: c.events, row: c.row })))
+      )
     )
 
   const items = (conversationId: string, budgetBytes: number) =>

@@ -88,7 +88,7 @@ export class EventStream {
 
   constructor(
     private readonly hub: Hub,
-    private readonly p: Principal,
+    readonly p: Principal,
     private readonly runId: string,
     after: number,
     highWaterMark?: number
@@ -127,11 +127,9 @@ export class EventStream {
     }
   }
 
-  /** Sends `chunk`; false when the buffer is full (the stream pauses). */
+  /** Sends `chunk`; a full buffer pauses the stream. */
   private push(chunk: string) {
-    if (this.body.push(chunk)) return true
-    this.paused = true
-    return false
+    if (!this.body.push(chunk)) this.paused = true
   }
 
   /** Frames `row`; `true` when the stream is over. */
@@ -248,7 +246,7 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
     const cells = yield* Cells
     const config = yield* AppConfig
     const fork = yield* FiberSet.makeRuntime<never, void, unknown>()
-    const open = new Map<EventStream, Principal>()
+    const open = new Set<EventStream>()
     const clock = yield* Effect.clock
     const now = () => clock.unsafeCurrentTimeMillis()
 
@@ -261,13 +259,12 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
       keyActive: (keyId) => platform.keyActive(keyId),
       listen: bus.listen,
       closed: (stream) => {
-        const p = open.get(stream)
-        if (p === undefined) return
-        open.delete(stream)
+        if (!open.delete(stream)) return
         // The slot was taken by Runs.streamEvents before the response started.
+        const { p } = stream
         fork(cells.send({ tenantId: p.tenantId, environment: p.environment }, new CloseStream({ actorId: p.actor.id })))
       },
-      lag: (row) => Effect.runSync(recordStreamLag(row.created_at, now()))
+      lag: (row) => recordStreamLag(row.created_at, now())
     }
 
     /**
@@ -281,18 +278,18 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
         // checked and cleared in one step: a stream opening now starts the next ticker
         if (open.size === 0) return void (ticking = false)
         const at = now()
-        for (const stream of open.keys()) stream.tick(at)
+        for (const stream of open) stream.tick(at)
       }
     })
     // The process stops: every stream ends (its client sees the body end and may resume).
-    yield* Effect.addFinalizer(() => Effect.sync(() => [...open.keys()].forEach((s) => s.end(true))))
+    yield* Effect.addFinalizer(() => Effect.sync(() => [...open].forEach((s) => s.end(true))))
 
     return {
       /** The body of a stream of `runId` after sequence `after`; its cell's slot is released when it ends. */
       open: (p: Principal, runId: string, after: number) =>
         Effect.sync(() => {
           const stream = new EventStream(hub, p, runId, after)
-          open.set(stream, p)
+          open.add(stream)
           if (!ticking) {
             ticking = true
             fork(ticker)
