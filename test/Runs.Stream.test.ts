@@ -1,7 +1,7 @@
 /**
  * An SSE stream's logic (src/Runs/Stream.ts) against an in-memory hub: whatever the order of
- * commits, lost notifications, slow reads and ticks, the client gets every event once and in
- * order, then the end; a revoked key or a client gone ends it and lets go of the bus and the slot.
+ * commits, lost notifications (and the bus's word that some were missed), slow reads and ticks, the
+ * client gets every event once and in order, then the end; an idle stream reads nothing; a revoked key or a client gone ends it and lets go of the bus and the slot.
  * Over HTTP, the streams are tested in Runs.Access, Runs.LiveClock and Hardening.Access.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -9,6 +9,7 @@ import { Effect, Fiber } from "effect"
 import fc from "fast-check"
 
 import type { Principal } from "../src/Kernel/Principal.js"
+import type { BusListener } from "../src/Runs/EventBus.js"
 import type { EventRow } from "../src/Runs/RunStore.js"
 import { EventStream, type Hub } from "../src/Runs/Stream.js"
 
@@ -26,7 +27,8 @@ const CHECK_MS = 5000
 
 const world = () => {
   const db: Array<EventRow> = []
-  const listeners = new Set<(row: EventRow) => void>()
+  const listeners = new Set<BusListener>()
+  const reads = { count: 0 }
   const closed: Array<EventStream> = []
   const fibers: Array<Fiber.RuntimeFiber<void, unknown>> = []
   const clock = { now: 0, active: true }
@@ -37,11 +39,14 @@ const world = () => {
     checkMs: CHECK_MS,
     // a database read answers later, as a real one does
     eventsAfter: (_runId, after) =>
-      Effect.promise(() => new Promise((resolve) => setImmediate(() => resolve(db.filter((e) => e.sequence > after))))),
+      Effect.promise(() => {
+        reads.count++
+        return new Promise((resolve) => setImmediate(() => resolve(db.filter((e) => e.sequence > after))))
+      }),
     keyActive: () => Effect.promise(() => new Promise((resolve) => setImmediate(() => resolve(clock.active)))),
-    listen: (_runId, onRow) => {
-      listeners.add(onRow)
-      return () => void listeners.delete(onRow)
+    listen: (_runId, listener) => {
+      listeners.add(listener)
+      return () => void listeners.delete(listener)
     },
     closed: (stream) => void closed.push(stream),
     lag: () => undefined
@@ -50,7 +55,11 @@ const world = () => {
     const sequence = db.length + 1
     const row: EventRow = { id: `evt_${sequence}`, run_id: "run_1", sequence, type, data: { n: sequence }, created_at: new Date(0) }
     db.push(row)
-    if (notify) { for (const listener of [...listeners]) listener({ ...row }) }
+    if (notify) { for (const listener of [...listeners]) listener.row({ ...row }) }
+  }
+  /** The bus's LISTEN connection was replaced: notifications may have been lost. */
+  const missed = () => {
+    for (const listener of [...listeners]) listener.missed()
   }
   /** Until no fiber of the stream is left running. */
   const settle = async () => {
@@ -61,7 +70,7 @@ const world = () => {
       await Promise.all(running.map((f) => Effect.runPromise(Fiber.await(f))))
     }
   }
-  return { db, listeners, closed, clock, hub, commit, settle }
+  return { db, listeners, reads, closed, clock, hub, commit, missed, settle }
 }
 
 /** What the client read so far: event ids in order, pings, whether the body ended. */
@@ -100,17 +109,19 @@ type Action =
   | { readonly _tag: "read"; readonly chunks: number }
   | { readonly _tag: "tick"; readonly ms: number }
   | { readonly _tag: "settle" }
+  | { readonly _tag: "missed" }
 
 const action: fc.Arbitrary<Action> = fc.oneof(
   fc.record({ _tag: fc.constant("commit" as const), count: fc.integer({ min: 1, max: 6 }), notify: fc.boolean() }),
   fc.record({ _tag: fc.constant("commit" as const), count: fc.integer({ min: 1, max: 6 }), notify: fc.constant(true) }),
   fc.record({ _tag: fc.constant("read" as const), chunks: fc.integer({ min: 0, max: 4 }) }),
   fc.record({ _tag: fc.constant("tick" as const), ms: fc.integer({ min: 0, max: 1500 }) }),
-  fc.constant({ _tag: "settle" as const })
+  fc.constant({ _tag: "settle" as const }),
+  fc.constant({ _tag: "missed" as const })
 )
 
 describe("an SSE stream's logic", () => {
-  it("every event once and in order, then the end, whatever the commits, lost notifications, slow reads and ticks", async () => {
+  it("every event once and in order, then the end, whatever the commits, lost notifications, missed words, slow reads and ticks", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(action, { maxLength: 40 }), fc.integer({ min: 0, max: 3 }), fc.boolean(), async (actions, before, tiny) => {
         const w = world()
@@ -125,7 +136,8 @@ describe("an SSE stream's logic", () => {
           else if (a._tag === "tick") {
             w.clock.now += a.ms
             stream.tick(w.clock.now)
-          } else await w.settle()
+          } else if (a._tag === "missed") w.missed()
+          else await w.settle()
         }
         w.commit("run.succeeded", true)
         for (let i = 0; i < 50 && !client.seen.ended; i++) {
@@ -179,6 +191,27 @@ describe("an SSE stream's logic", () => {
     await w.settle()
     client.read(100)
     expect(client.seen.ids).toEqual(["evt_1"])
+  })
+
+  it("an idle stream reads nothing; an event whose notification was lost is read when the bus says some were missed", async () => {
+    const { client, stream, w } = await opened(1)
+    client.read(10)
+    expect(client.seen.ids).toEqual(["evt_1"])
+    const afterHistory = w.reads.count
+    w.commit("run.message", false) // its notification is lost
+    for (let ms = 250; ms <= 4 * PING_MS; ms += 250) {
+      w.clock.now = ms
+      stream.tick(ms)
+      await w.settle()
+    }
+    client.read(100)
+    expect(w.reads.count).toBe(afterHistory)
+    expect(client.seen.ids).toEqual(["evt_1"])
+    w.missed() // LISTEN was replaced
+    await w.settle()
+    client.read(100)
+    expect(client.seen.ids).toEqual(["evt_1", "evt_2"])
+    expect(w.reads.count).toBe(afterHistory + 1)
   })
 
   it("a revoked key ends the stream at its next check; the bus and the slot are let go", async () => {

@@ -86,6 +86,8 @@ export interface AppConfigShape {
   readonly dbPoolSize: number
   /** statements each Postgres connection keeps prepared (0: none), src/Database/Prepared.ts */
   readonly dbPreparedStatements: number
+  /** how often the LISTEN connection is probed (a half-open connection is replaced), src/Database/Listener.ts */
+  readonly dbListenProbeSeconds: number
   /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
   readonly idempotencyTtlSeconds: number
   readonly tombstoneTtlSeconds: number
@@ -313,6 +315,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.withDefault(200),
       Config.validate({ message: "DB_PREPARED_STATEMENTS must be at least 0", validation: (n) => n >= 0 })
     ),
+    dbListenProbeSeconds: Config.integer("DB_LISTEN_PROBE_SECONDS").pipe(
+      Config.withDefault(15),
+      Config.validate({ message: "DB_LISTEN_PROBE_SECONDS must be at least 1", validation: (n) => n >= 1 })
+    ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
@@ -392,6 +398,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     cellIdleTimeoutSeconds: 600,
     dbPoolSize: 10,
     dbPreparedStatements: 200,
+    dbListenProbeSeconds: 15,
     idempotencyTtlSeconds: 7 * 24 * 3600,
     tombstoneTtlSeconds: 90 * 24 * 3600,
     purgeDelaySeconds: 3600,

@@ -11,6 +11,7 @@ import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect
 
 import { AppConfig } from "../Config/AppConfig.js"
 import * as Embedded from "./Embedded.js"
+import * as Listener from "./Listener.js"
 import * as Migrations from "./Migrations.js"
 import { prepareStatements, type QueryingClient } from "./Prepared.js"
 
@@ -108,8 +109,10 @@ export const PgLive = Layer.unwrapScoped(
           Effect.orDie
         )
     })
-    return Layer.merge(
+    const probeMillis = config.dbListenProbeSeconds * 1000
+    return Layer.mergeAll(
       poolLayer(url, config.dbPoolSize, config.dbPreparedStatements),
+      Listener.layer({ url, probeMillis, probeTimeoutMillis: Math.min(probeMillis, 10_000) }),
       Layer.succeed(DatabaseWatch, { lost })
     )
   })

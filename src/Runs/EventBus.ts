@@ -6,25 +6,34 @@
  * One LISTEN connection per process; a notification carries the event when it fits in a NOTIFY
  * payload (else the event is read once from the database, only if someone here follows that
  * run), and is handed to each subscriber: offered to its bounded queue (`subscribe`: waiters), or
- * given to its callback (`listen`: SSE streams, which are not fibers). Subscribers never
+ * given to its listener (`listen`: SSE streams, which are not fibers). Subscribers never
  * rely on the bus alone: they read from the database after subscribing, and on any sequence gap
- * (a full queue dropped something, or the LISTEN connection was replaced) they read the missing
- * events from the database again.
+ * (a full queue dropped something) they read the missing events from the database again. The
+ * LISTEN connection (`Notifications`) tells when it was replaced, or first became active: what was
+ * committed before may have gone unannounced, so every listener is told it `missed` events, and
+ * reads once; so is a run's listener when a notification of that run could not be handed over.
  */
-import { PgClient } from "@effect/sql-pg"
-import { Effect, Queue, Schedule, Stream } from "effect"
+import { Effect, Queue, Stream } from "effect"
 
+import { Notifications } from "../Database/Listener.js"
 import { type EventRow, RunStore } from "./RunStore.js"
+
+/** A listener of one run's events: each committed row, or word that some may have been missed. */
+export interface BusListener {
+  readonly row: (row: EventRow) => void
+  readonly missed: () => void
+}
 
 export class EventBus extends Effect.Service<EventBus>()("EventBus", {
   scoped: Effect.gen(function*() {
-    const pg = yield* PgClient.PgClient
+    const notifications = yield* Notifications
     const repo = yield* RunStore
-    /** Per run, what each subscriber does with a row: offer it to its queue, or its own callback. */
-    const subscribers = new Map<string, Set<(row: EventRow) => void>>()
+    /** Per run, its listeners: a waiter's queue, or an SSE stream. */
+    const subscribers = new Map<string, Set<BusListener>>()
 
-    const deliver = (payload: string) =>
-      Effect.gen(function*() {
+    const deliver = (payload: string) => {
+      let runId: string | undefined
+      return Effect.gen(function*() {
         let note: { run_id?: unknown; sequence?: unknown; event?: any }
         try {
           note = JSON.parse(payload)
@@ -32,6 +41,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           return
         }
         if (typeof note.run_id !== "string" || typeof note.sequence !== "number") return
+        runId = note.run_id
         const listeners = subscribers.get(note.run_id)
         if (!listeners || listeners.size === 0) return
         // The event travels in the notification when it fits (migration 0006); else it is read.
@@ -46,27 +56,38 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           }
           : (yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)).find((r) => r.sequence === note.sequence)
         if (!row) return
-        for (const listener of listeners) listener(row)
-      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("run event fan-out failed", cause)))
+        for (const listener of listeners) listener.row(row)
+      }).pipe(Effect.catchAllCause((cause) =>
+        Effect.zipRight(
+          Effect.logWarning("run event fan-out failed", cause),
+          Effect.sync(() => {
+            for (const listener of (runId === undefined ? undefined : subscribers.get(runId)) ?? []) listener.missed()
+          })
+        )
+      ))
+    }
 
-    yield* pg.listen("run_events").pipe(
-      Stream.runForEach(deliver),
-      Effect.tapErrorCause((cause) => Effect.logWarning("run_events listener lost; reconnecting", cause)),
-      Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+    /** LISTEN is active again (or for the first time): every listener reads what it may have missed. */
+    const missedAll = Effect.sync(() => {
+      for (const set of subscribers.values()) for (const listener of set) listener.missed()
+    })
+
+    yield* notifications.listen("run_events").pipe(
+      Stream.runForEach((notice) => notice._tag === "Listening" ? missedAll : deliver(notice.payload)),
       Effect.forkScoped
     )
 
     /**
-     * Calls `onRow` with each event of `runId` committed from now on, until the returned function is
-     * called; `onRow` runs synchronously in the fan-out, so it must only take note (SSE streams).
+     * Hands `listener` each event of `runId` committed from now on, until the returned function is
+     * called; it is called synchronously in the fan-out, so it must only take note (SSE streams).
      */
-    const listen = (runId: string, onRow: (row: EventRow) => void) => {
+    const listen = (runId: string, listener: BusListener) => {
       let set = subscribers.get(runId)
       if (!set) subscribers.set(runId, set = new Set())
-      set.add(onRow)
+      set.add(listener)
       return () => {
         const set = subscribers.get(runId)
-        set?.delete(onRow)
+        set?.delete(listener)
         if (set && set.size === 0) subscribers.delete(runId)
       }
     }
@@ -76,7 +97,8 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
       Effect.acquireRelease(
         Effect.sync(() => {
           const q = Effect.runSync(Queue.sliding<EventRow>(1024))
-          return { q, unlisten: listen(runId, (row) => void q.unsafeOffer(row)) }
+          // A waiter that missed its run's last event waits out its time, then reads the run.
+          return { q, unlisten: listen(runId, { row: (row) => void q.unsafeOffer(row), missed: () => undefined }) }
         }),
         ({ q, unlisten }) => Effect.sync(unlisten).pipe(Effect.zipRight(Queue.shutdown(q)))
       ).pipe(Effect.map(({ q }) => q as Queue.Dequeue<EventRow>))

@@ -10,8 +10,8 @@
  * `LISTEN schedules` (a schedule created, changed or fired anywhere) wakes it at once. With no
  * active schedule it waits for that notification alone (and a real-time look every minute).
  */
-import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Queue, Schedule, Stream } from "effect"
+import { Clock, Duration, Effect, Layer, Queue, Stream } from "effect"
+import { Notifications } from "../Database/Listener.js"
 
 import { Cells, tell } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
@@ -36,13 +36,12 @@ const scheduler = Effect.gen(function*() {
   const { pollMillis } = (yield* AppConfig).schedules
   const schedules = yield* Schedules
   const cells = yield* Cells
-  const pg = yield* PgClient.PgClient
+  const notifications = yield* Notifications
   const wake = yield* Queue.sliding<void>(1)
 
-  yield* pg.listen("schedules").pipe(
+  // a notification, or LISTEN (re)connected (one may have been missed): look again
+  yield* notifications.listen("schedules").pipe(
     Stream.runForEach(() => Queue.offer(wake, undefined)),
-    Effect.tapErrorCause((cause) => Effect.logWarning("schedules listener lost; reconnecting", cause)),
-    Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
     Effect.forkScoped
   )
 
@@ -83,5 +82,5 @@ const scheduler = Effect.gen(function*() {
   )
 })
 
-/** The scheduler of this process (needs the Schedules service, the cells, AppConfig and the PgClient). */
+/** The scheduler of this process (needs the Schedules service, the cells, AppConfig and Notifications). */
 export const SchedulerLive = Layer.scopedDiscard(scheduler)

@@ -17,8 +17,8 @@
  */
 import { randomUUID } from "node:crypto"
 
-import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, FiberSet, Layer, Queue, Redacted, Schedule, Stream } from "effect"
+import { Clock, Duration, Effect, FiberSet, Layer, Queue, Redacted, Stream } from "effect"
+import { Notifications } from "../Database/Listener.js"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
@@ -36,15 +36,14 @@ const worker = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
   const secrets = yield* Secrets
   const { dispatcher } = yield* Destinations
-  const pg = yield* PgClient.PgClient
+  const notifications = yield* Notifications
   const wake = yield* Queue.sliding<void>(1)
   const attempts = yield* FiberSet.make()
   let inFlight = 0
 
-  yield* pg.listen("webhook_deliveries").pipe(
+  // a notification, or LISTEN (re)connected (one may have been missed): look again
+  yield* notifications.listen("webhook_deliveries").pipe(
     Stream.runForEach(() => Queue.offer(wake, undefined)),
-    Effect.tapErrorCause((cause) => Effect.logWarning("webhook_deliveries listener lost; reconnecting", cause)),
-    Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
     Effect.forkScoped
   )
 
@@ -151,7 +150,7 @@ const worker = Effect.gen(function*() {
   )
 })
 
-/** The delivery worker of this process (every replica runs one); needs AppConfig and the PgClient. */
+/** The delivery worker of this process (every replica runs one); needs AppConfig and Notifications. */
 export const WebhookWorkerLive = Layer.scopedDiscard(worker).pipe(
   Layer.provide([WebhooksRepo.Default, Secrets.Default, Destinations.Default])
 )

@@ -1,0 +1,162 @@
+/**
+ * LISTEN/NOTIFY on a connection that notices when it is gone (issue 20).
+ *
+ * `@effect/sql-pg`'s `listen` keeps one connection for as long as anyone listens and ignores its
+ * errors: once that connection is lost (Postgres restarted, the backend terminated, a proxy
+ * timeout), its streams neither end nor receive anything again, and nothing reconnects. Every
+ * caller then depends on its own polling. Here one connection per process carries every channel.
+ * When it ends or errors, or fails the periodic probe (a `SELECT 1` on the same socket: a
+ * half-open TCP connection answers nothing), it is replaced: connect again (backoff from 100 ms
+ * to 5 s, in real time), LISTEN on every channel, then tell every listener `Listening`.
+ *
+ * `Listening` means: notifications of this channel arrive from now on; anything committed before
+ * it may have gone unannounced. A listener answers it by reading what it may have missed, once,
+ * instead of polling on a timer. The first `Listening` comes once LISTEN is active for the
+ * listener's channel, so a listener that reads after it misses nothing.
+ */
+import { createRequire } from "node:module"
+
+import { Context, Effect, Layer, Redacted, Stream } from "effect"
+
+import { realPause } from "../Kernel/RealTime.js"
+
+/** What a listener gets: LISTEN is active (read what may have been missed), or a payload. */
+export type Notice = { readonly _tag: "Listening" } | { readonly _tag: "Notification"; readonly payload: string }
+
+const LISTENING: Notice = { _tag: "Listening" }
+
+export class Notifications extends Context.Tag("Notifications")<Notifications, {
+  /** The channel's notices for as long as the stream runs (it never fails). */
+  readonly listen: (channel: string) => Stream.Stream<Notice>
+  /** How many times a LISTEN connection was made (1 after the first; for tests and logs). */
+  readonly connections: () => number
+}>() {}
+
+/** What is used here of a `pg` client. */
+interface ListenClient {
+  connect(): Promise<void>
+  query(text: string): Promise<unknown>
+  end(): Promise<void>
+  on(event: "notification", listener: (msg: { channel: string; payload?: string }) => void): void
+  on(event: "error" | "end", listener: (error?: Error) => void): void
+}
+const Pg = createRequire(import.meta.url)("pg") as {
+  readonly Client: new(options: { connectionString: string; application_name: string; keepAlive: boolean }) => ListenClient
+  readonly escapeIdentifier: (name: string) => string
+}
+
+export interface ListenerOptions {
+  readonly url: Redacted.Redacted
+  /** How often the connection is probed. */
+  readonly probeMillis: number
+  /** How long a probe may take before the connection is replaced. */
+  readonly probeTimeoutMillis: number
+}
+
+const BACKOFF_MIN = 100
+const BACKOFF_MAX = 5_000
+
+export const make = (options: ListenerOptions) =>
+  Effect.gen(function*() {
+    const handlers = new Map<string, Set<(notice: Notice) => void>>()
+    /** The live connection and the channels it listens on (a LISTEN per channel, once). */
+    let current: { readonly client: ListenClient; readonly channels: Map<string, Promise<unknown>> } | undefined
+    let connections = 0
+
+    const listenOn = (session: NonNullable<typeof current>, channel: string) => {
+      let done = session.channels.get(channel)
+      if (done === undefined) {
+        done = session.client.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
+        session.channels.set(channel, done)
+      }
+      return done
+    }
+
+    /** One connection, from connect to loss; fails with why it was lost. */
+    const session = Effect.async<never, Error>((resume) => {
+      const client = new Pg.Client({
+        connectionString: Redacted.value(options.url),
+        application_name: "agent-platform-listen",
+        keepAlive: true
+      })
+      let over = false
+      let probe: ReturnType<typeof setInterval> | undefined
+      const lose = (error: Error) => {
+        if (over) return
+        over = true
+        clearInterval(probe)
+        if (current?.client === client) current = undefined
+        client.end().catch(() => undefined)
+        resume(Effect.fail(error))
+      }
+      client.on("error", (error) => lose(error ?? new Error("LISTEN connection error")))
+      client.on("end", () => lose(new Error("LISTEN connection ended")))
+      client.on("notification", (msg) => {
+        if (msg.payload === undefined) return
+        const notice: Notice = { _tag: "Notification", payload: msg.payload }
+        for (const handler of handlers.get(msg.channel) ?? []) handler(notice)
+      })
+      const connected = async () => {
+        await client.connect()
+        if (over) return
+        const session = { client, channels: new Map<string, Promise<unknown>>() }
+        current = session
+        connections++
+        for (const channel of [...handlers.keys()]) await listenOn(session, channel)
+        if (over) return
+        for (const set of handlers.values()) for (const handler of set) handler(LISTENING)
+        probe = setInterval(() => {
+          const timer = setTimeout(() => lose(new Error("LISTEN connection probe timed out")), options.probeTimeoutMillis)
+          client.query("SELECT 1").then(() => clearTimeout(timer), (error) => lose(error))
+        }, options.probeMillis)
+        probe.unref()
+      }
+      connected().catch((error) => lose(error instanceof Error ? error : new Error(String(error))))
+      return Effect.sync(() => {
+        over = true
+        clearInterval(probe)
+        if (current?.client === client) current = undefined
+        return client.end().catch(() => undefined)
+      })
+    })
+
+    // Reconnects for as long as the process runs; the backoff starts over after each connection.
+    yield* Effect.gen(function*() {
+      let delay = BACKOFF_MIN
+      while (true) {
+        const before = connections
+        const lost = yield* Effect.flip(session)
+        if (connections > before) delay = BACKOFF_MIN
+        yield* Effect.logWarning("LISTEN connection lost; reconnecting", lost)
+        yield* realPause(delay)
+        delay = Math.min(delay * 2, BACKOFF_MAX)
+      }
+    }).pipe(Effect.interruptible, Effect.forkScoped)
+
+    const listen = (channel: string): Stream.Stream<Notice> =>
+      Stream.asyncPush<Notice>((emit) =>
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            const handler = (notice: Notice) => void emit.single(notice)
+            let set = handlers.get(channel)
+            if (!set) handlers.set(channel, set = new Set())
+            set.add(handler)
+            // On a live connection: LISTEN if nobody here did yet, then this listener is told.
+            // Otherwise the next connection tells it.
+            const session = current
+            if (session !== undefined) listenOn(session, channel).then(() => handler(LISTENING), () => undefined)
+            return handler
+          }),
+          (handler) =>
+            Effect.sync(() => {
+              const set = handlers.get(channel)
+              set?.delete(handler)
+              if (set?.size === 0) handlers.delete(channel)
+            })
+        )
+      )
+
+    return { listen, connections: () => connections } as const
+  })
+
+export const layer = (options: ListenerOptions) => Layer.scoped(Notifications, make(options))
