@@ -527,13 +527,14 @@ const idleMemory = async (
   let after: Memory | undefined
   try {
     const opened = cpu()
-    await sleep(settle * 1000)
+    // full size: 20 s, longer than a ping interval (15 s), so that what idle streams do periodically shows
+    await sleep(2 * settle * 1000)
     const idle = cpu()
     const perOpen = (of: "service" | "postgres") => ((opened[of] - opening[of]) / Math.max(1, open.length)).toFixed(1)
     const share = (of: "service" | "postgres") => `${((idle[of] - opened[of]) / (idle.at - opened.at) * 100).toFixed(0)}%`
     console.log(
       `    CPU: opening took ${perOpen("service")} ms of the service and ${perOpen("postgres")} ms of Postgres per stream; ` +
-        `then, with the streams idle: service ${share("service")}, Postgres ${share("postgres")} of a core`
+        `then, over ${2 * settle} s with the streams idle: service ${share("service")}, Postgres ${share("postgres")} of a core`
     )
     after = await settled(svc.pid, inspectPort, 0)
   } finally {
