@@ -23,7 +23,7 @@ import { afterCommit, continueAfterCommit, setResponseHeader } from "./Kernel/Re
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { terminalRunResponse } from "./Runs/Api.js"
-import { EventBus } from "./Runs/EventBus.js"
+import { EventBus, MISSED } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
 import { StreamHub } from "./Runs/Stream.js"
@@ -113,12 +113,18 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     // ---- runs ------------------------------------------------------------------------------------
     /**
      * Waits up to `seconds` for a terminal event among `events` (a subscription made before the
-     * run's actor was told to start, so none is missed); the run as it then is.
+     * run's actor was told to start, so none is missed; when the bus says some may have gone
+     * unannounced, the run is read); the run as it then is.
      */
-    const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow>, runId: string, seconds: number) =>
+    const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow | typeof MISSED>, runId: string, seconds: number) =>
       Effect.gen(function*() {
+        const ends = (e: Repo.EventRow | typeof MISSED) =>
+          e === MISSED
+            ? Effect.map(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status))
+            : Effect.succeed(e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status))
         const terminal = yield* Queue.take(events).pipe(
-          Effect.repeat({ until: (e) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) }),
+          Effect.flatMap(ends),
+          Effect.repeat({ until: (ended) => ended }),
           Effect.timeout(Duration.millis(seconds * 1000)),
           Effect.option
         )
@@ -137,7 +143,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // With a wait, the run's events are followed from before its actor starts (after the commit:
         // a rolled back admission subscribes to nothing); the continuation ends the subscription.
         const subscription = yield* Scope.make()
-        let events: Queue.Dequeue<Repo.EventRow> | undefined
+        let events: Queue.Dequeue<Repo.EventRow | typeof MISSED> | undefined
         if (wait !== undefined) {
           yield* afterCommit(Effect.map(Scope.extend(bus.subscribe(run.id), subscription), (q) => void (events = q)))
         }

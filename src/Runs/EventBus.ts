@@ -18,6 +18,9 @@ import { Effect, Queue, Stream } from "effect"
 import { Notifications } from "../Database/Listener.js"
 import { type EventRow, RunStore } from "./RunStore.js"
 
+/** What a subscriber's queue gets when events of its run may have gone unannounced. */
+export const MISSED = "missed" as const
+
 /** A listener of one run's events: each committed row, or word that some may have been missed. */
 export interface BusListener {
   readonly row: (row: EventRow) => void
@@ -92,16 +95,21 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
       }
     }
 
-    /** Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls). */
+    /**
+     * Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls),
+     * and `MISSED` when some may have gone unannounced (the subscriber then reads the run).
+     */
     const subscribe = (runId: string) =>
       Effect.acquireRelease(
         Effect.sync(() => {
-          const q = Effect.runSync(Queue.sliding<EventRow>(1024))
-          // A waiter that missed its run's last event waits out its time, then reads the run.
-          return { q, unlisten: listen(runId, { row: (row) => void q.unsafeOffer(row), missed: () => undefined }) }
+          const q = Effect.runSync(Queue.sliding<EventRow | typeof MISSED>(1024))
+          return {
+            q,
+            unlisten: listen(runId, { row: (row) => void q.unsafeOffer(row), missed: () => void q.unsafeOffer(MISSED) })
+          }
         }),
         ({ q, unlisten }) => Effect.sync(unlisten).pipe(Effect.zipRight(Queue.shutdown(q)))
-      ).pipe(Effect.map(({ q }) => q as Queue.Dequeue<EventRow>))
+      ).pipe(Effect.map(({ q }) => q as Queue.Dequeue<EventRow | typeof MISSED>))
 
     return { subscribe, listen } as const
   })
