@@ -171,7 +171,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // On behalf of a user when an actor token comes along (its tool calls act for the user).
         const item = yield* admittedInput(files, p, body.input)
         const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
-        const conversation = yield* getConversation(p, conversationId)
+        // The conversation is read by the admission's statement (404 when it is not the key's to see).
+        const workspace = Option.getOrUndefined(yield* platform.allowedWorkspace(p))
         const at = yield* now
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)
@@ -181,9 +182,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           id,
           tenant_id: p.tenantId,
           environment: p.environment,
-          workspace_id: conversation.workspace_id,
-          conversation_id: conversation.id,
-          agent_revision_id: conversation.agent_revision_id,
+          conversation_id: conversationId,
+          workspace,
           key_id: p.keyId,
           user_id: user?.id ?? null,
           input: body.input,
@@ -192,6 +192,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
           authorization_expires_at: authorizationExpires,
           item
         }, limits)
+        if (admission._tag === "ConversationNotFound") return yield* notFound("conversation", "conversation_id")
         if (admission._tag === "ConversationBusy") {
           return yield* new Conflict({
             code: "conversation_busy",
@@ -205,8 +206,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         return yield* admitted(p, {
           id,
           object: "run",
-          conversation_id: conversation.id,
-          agent_revision_id: conversation.agent_revision_id,
+          conversation_id: conversationId,
+          agent_revision_id: admission.conversation.agent_revision_id,
           user_id: user?.id ?? null,
           status: "queued",
           status_reason: null,

@@ -202,9 +202,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
             id: runId,
             tenant_id: row.tenant_id,
             environment: row.environment,
-            workspace_id: row.workspace_id,
             conversation_id: conversation.id,
-            agent_revision_id: row.agent_revision_id,
             key_id: row.created_by_key_id,
             user_id: null,
             input: row.input,
@@ -214,8 +212,8 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
             authorization_expires_at: new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
           }, limits)
           if (admission._tag === "OverQuota") return yield* new OverQuota({ quota: admission.quota })
-          // A new conversation has no other run: admission cannot be refused.
-          if (admission._tag === "ConversationBusy") {
+          // A new conversation, just written, has no other run: admission cannot be refused.
+          if (admission._tag === "ConversationBusy" || admission._tag === "ConversationNotFound") {
             return yield* Effect.dieMessage("a scheduled run was refused admission in its new conversation")
           }
           return { _tag: "Fired", cell, scheduleId: row.id, runId, scheduledAt } as const

@@ -130,13 +130,19 @@ const startRun = (world: World, steps: ReadonlyArray<ScriptedStep>, at: CellId =
     const revision = yield* makeId("rev")
     world.revisions.set(revision, steps)
     const id = yield* makeId("run")
+    const conversation = yield* store.insertConversation({
+      id: yield* makeId("conv"),
+      tenant_id: at.tenantId,
+      environment: at.environment,
+      workspace_id: "ws_unit",
+      agent_revision_id: revision,
+      created_by_key_id: "key_unit"
+    })
     yield* store.admit({
       id,
       tenant_id: at.tenantId,
       environment: at.environment,
-      workspace_id: "ws_unit",
-      conversation_id: yield* makeId("conv"),
-      agent_revision_id: revision,
+      conversation_id: conversation.id,
       key_id: "key_unit",
       user_id: null,
       input: [{ type: "text", text: "hello" }],

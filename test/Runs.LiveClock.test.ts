@@ -201,6 +201,15 @@ describe("runs (live clock)", () => {
         )
         const managed = expectSingle(yield* s.startRun((yield* s.conversation()).id, "x", { headers: { prefer: "wait=10" } }))
         expectErrorCode(yield* request("GET", `${s.P}/runs/${managed.id}`, { key: first }), 404, "resource_missing")
+        // A run in a conversation the key cannot see, or in none: 404 on conversation_id, nothing admitted.
+        const other = (yield* s.conversation()).id
+        for (const [conversationId, key] of [[other, first], ["conv_missing", s.key]] as const) {
+          const refused = yield* s.startRun(conversationId, "x", { key })
+          expectErrorCode(refused, 404, "resource_missing")
+          expect(refused.body.error.param).toBe("conversation_id")
+        }
+        const sql = yield* SqlClient.SqlClient
+        expect(yield* Effect.orDie(sql`SELECT id FROM runs WHERE conversation_id IN (${other}, 'conv_missing')`)).toEqual([])
         // The manager sees both; the first key's usage counts its own workspace only.
         expect((yield* s.getRun(run.id)).id).toBe(run.id)
         expect(conv.workspace_id).toBe(quick.body.workspace_id)

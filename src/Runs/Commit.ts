@@ -9,7 +9,7 @@ import { Either } from "effect"
 
 import type { TextContent } from "../Domain/Runs.js"
 import * as RunState from "../Domain/RunState.js"
-import type { Admission, Commit, RunRow, UsageRecordInput } from "./RunStore.js"
+import type { Admission, Commit, RunConversation, RunRow, UsageRecordInput } from "./RunStore.js"
 
 export interface PlannedEvent {
   readonly sequence: number
@@ -62,13 +62,13 @@ export const applied = (locked: Omit<RunRow, "last_event_id">, p: Plan, lastEven
 })
 
 /** The run as its admission wrote it (the row `run` would read). */
-export const admittedRow = (a: Admission, eventId: string): RunRow => ({
+export const admittedRow = (a: Admission, eventId: string, conversation: RunConversation): RunRow => ({
   id: a.id,
   tenant_id: a.tenant_id,
   environment: a.environment,
-  workspace_id: a.workspace_id,
+  workspace_id: conversation.workspace_id,
   conversation_id: a.conversation_id,
-  agent_revision_id: a.agent_revision_id,
+  agent_revision_id: conversation.agent_revision_id,
   key_id: a.key_id,
   user_id: a.user_id,
   status: "queued",

@@ -21,7 +21,12 @@ import { type Locked, rowsOf, write } from "./CommitSql.js"
 import { type Admission, type Commit, ConversationRow, EventRow, RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
-const AdmittedRow = Schema.Struct({ admitted: Rows.Int8, counted: Rows.Int8 })
+const AdmittedRow = Schema.Struct({
+  workspace_id: Schema.NullOr(Schema.String),
+  agent_revision_id: Schema.NullOr(Schema.String),
+  admitted: Rows.Int8,
+  counted: Rows.Int8
+})
 const ItemRow = Schema.Struct({ item: Schema.Unknown })
 const PositionRow = Schema.Struct({ run_id: Schema.String, sequence: Schema.Number })
 
@@ -45,18 +50,25 @@ const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
 
 /**
- * The admission's one statement: the run (none when the conversation has an unfinished one), then
- * `counting` (a CTE body reading the `run` CTE: the quota count, which returns a row when the run
- * fits), then the run's first event. Answers `admitted` and `counted` (0 or 1 each).
+ * The admission's one statement: the run's conversation (the cell's, of `row.workspace` when
+ * given), the run with its workspace and revision (none when the conversation has an unfinished
+ * one), then `counting` (a CTE body reading the `run` CTE: the quota count, which returns a row when
+ * the run fits), then the run's first event. Answers the conversation's `workspace_id` and
+ * `agent_revision_id` (null: no such conversation), `admitted` and `counted` (0 or 1 each).
  */
 export const admissionStatement = (sql: SqlClient.SqlClient, row: Admission, eventId: string, counting: Statement.Fragment) =>
   sql`
-    WITH run AS (
+    WITH conversation AS (
+      SELECT workspace_id, agent_revision_id FROM conversations
+      WHERE id = ${row.conversation_id} AND tenant_id = ${row.tenant_id} AND environment = ${row.environment}
+        AND (${row.workspace ?? null}::text IS NULL OR workspace_id = ${row.workspace ?? null}::text)
+    ), run AS (
       INSERT INTO runs (id, tenant_id, environment, workspace_id, conversation_id, agent_revision_id, key_id, user_id,
                         status, input, last_sequence, created_at, start_deadline_at, authorization_expires_at)
-      VALUES (${row.id}, ${row.tenant_id}, ${row.environment}, ${row.workspace_id}, ${row.conversation_id},
-              ${row.agent_revision_id}, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
-              ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at})
+      SELECT ${row.id}, ${row.tenant_id}, ${row.environment}, c.workspace_id, ${row.conversation_id},
+             c.agent_revision_id, ${row.key_id}, ${row.user_id}, 'queued', ${JSON.stringify(row.input)}::jsonb, 1,
+             ${row.created_at}, ${row.start_deadline_at}, ${row.authorization_expires_at}
+      FROM conversation c
       ON CONFLICT (conversation_id) WHERE status IN ('queued', 'running', 'requires_action', 'cancel_requested')
       DO NOTHING
       RETURNING id
@@ -65,7 +77,8 @@ export const admissionStatement = (sql: SqlClient.SqlClient, row: Admission, eve
       INSERT INTO run_events (run_id, sequence, id, type, data, created_at)
       SELECT id, 1, ${eventId}, 'run.queued', ${JSON.stringify({ status: "queued" })}::jsonb, ${row.created_at} FROM run
     )
-    SELECT (SELECT count(*) FROM run) AS admitted, (SELECT count(*) FROM counted) AS counted`
+    SELECT c.workspace_id, c.agent_revision_id, (SELECT count(*) FROM run) AS admitted, (SELECT count(*) FROM counted) AS counted
+    FROM (SELECT 1) one LEFT JOIN conversation c ON true`
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -143,12 +156,14 @@ const make = Effect.gen(function*() {
       // The run first, then its count against the quotas: the run's insert may wait for the
       // transaction of the conversation's open run, and that run's commit takes the counters' row
       // lock (ending the run frees a place): taking it before the wait could deadlock.
-      const { admitted, counted } = yield* admissionStatement(
+      const { admitted, agent_revision_id, counted, workspace_id } = yield* admissionStatement(
         sql,
         row,
         eventId,
         countAdmission(sql, cell, limits, row.created_at, sql`run`)
       ).pipe(Rows.single(AdmittedRow))
+      if (workspace_id === null || agent_revision_id === null) return { _tag: "ConversationNotFound" } as const
+      const conversation = { workspace_id, agent_revision_id }
       if (admitted !== 1) return { _tag: "ConversationBusy" } as const
       if (counted !== 1) {
         const used = yield* usedNow(sql, cell, row.created_at)
@@ -163,12 +178,12 @@ const make = Effect.gen(function*() {
       yield* afterCommit(Effect.zipRight(
         recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]),
         Effect.sync(() => {
-          const admitted = admittedRow(row, eventId)
+          const admitted = admittedRow(row, eventId, conversation)
           keep(admitted)
           remember(admittedHere, row.id, { row: admitted, at: Date.now() }, ENDED_KEPT)
         })
       ))
-      return { _tag: "Admitted", eventId } as const
+      return { _tag: "Admitted", eventId, conversation } as const
     })
 
   /**

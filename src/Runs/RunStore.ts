@@ -107,14 +107,17 @@ export interface Commit {
   readonly also?: Effect.Effect<unknown, SqlError>
 }
 
-/** What admission writes: the run, its `run.queued` event and the user's input as a conversation item. */
+/**
+ * What admission writes: the run, its `run.queued` event and the user's input as a conversation
+ * item. The run takes its workspace and agent revision from its conversation, which must be the
+ * cell's (and of `workspace` when given: a quickstart key's).
+ */
 export interface Admission {
   readonly id: string
   readonly tenant_id: string
   readonly environment: EnvironmentName
-  readonly workspace_id: string
   readonly conversation_id: string
-  readonly agent_revision_id: string
+  readonly workspace?: string | undefined
   readonly key_id: string
   readonly user_id: string | null
   readonly input: ReadonlyArray<InputContent>
@@ -124,12 +127,19 @@ export interface Admission {
   readonly authorization_expires_at: Date
 }
 
+/** What a run takes from its conversation. */
+export interface RunConversation {
+  readonly workspace_id: string
+  readonly agent_revision_id: string
+}
+
 /**
  * How an admission ended. `OverQuota`: a quota of the cell (D16) had no room; the run was written
  * in the caller's transaction all the same, which must now roll back (the request answers 429).
  */
 export type Admitted =
-  | { readonly _tag: "Admitted"; readonly eventId: string }
+  | { readonly _tag: "Admitted"; readonly eventId: string; readonly conversation: RunConversation }
+  | { readonly _tag: "ConversationNotFound" }
   | { readonly _tag: "ConversationBusy" }
   | { readonly _tag: "OverQuota"; readonly quota: QuotaName }
 

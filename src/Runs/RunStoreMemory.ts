@@ -65,15 +65,21 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
 
   const admit = (a: Admission, limits: QuotaLimits) =>
     lock.withPermits(1)(Effect.gen(function*() {
+      const found = conversations.get(a.conversation_id)
+      if (
+        found === undefined || found.tenant_id !== a.tenant_id || found.environment !== a.environment ||
+        (a.workspace !== undefined && found.workspace_id !== a.workspace)
+      ) return { _tag: "ConversationNotFound" } as const
+      const conversation = { workspace_id: found.workspace_id, agent_revision_id: found.agent_revision_id }
       const busy = [...runs.values()].some((r) => r.conversation_id === a.conversation_id && !RunState.isTerminal(r.status))
       if (busy) return { _tag: "ConversationBusy" } as const
       const over = exhausted(RUN_QUOTAS, limits, usedBy(a))
       if (over !== undefined) return { _tag: "OverQuota", quota: over } as const
       const eventId = yield* makeId("evt")
-      runs.set(a.id, admittedRow(a, eventId))
+      runs.set(a.id, admittedRow(a, eventId, conversation))
       addEvent({ id: eventId, run_id: a.id, sequence: 1, type: "run.queued", data: { status: "queued" }, created_at: a.created_at })
       addItems(a.conversation_id, [a.item])
-      return { _tag: "Admitted", eventId } as const
+      return { _tag: "Admitted", eventId, conversation } as const
     }))
 
   const commitAll = (runId: string, commits: ReadonlyArray<Commit>) =>
