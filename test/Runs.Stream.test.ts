@@ -43,7 +43,11 @@ const world = () => {
         reads.count++
         return new Promise((resolve) => setImmediate(() => resolve(db.filter((e) => e.sequence > after))))
       }),
-    keyActive: () => Effect.promise(() => new Promise((resolve) => setImmediate(() => resolve(clock.active)))),
+    // a key check answers later, as the hub's does
+    checkKey: (stream) =>
+      void fibers.push(
+        Effect.runFork(Effect.promise(() => new Promise<void>((resolve) => setImmediate(() => resolve(stream.checked(clock.active))))))
+      ),
     listen: (_runId, listener) => {
       listeners.add(listener)
       return () => void listeners.delete(listener)

@@ -14,8 +14,8 @@
  * Issue 20 (10,000 idle streams): an open stream is a small object, not a fiber. The body is a
  * Node `Readable` the response pipes; the bus calls the stream with each committed row, which it
  * frames at once when it is the next one; one ticker of the hub sends the pings and starts the
- * key checks that are due. Only a database read or a key check runs as a fiber, for as long as it
- * takes; an idle stream reads nothing (it used to re-read the database every quiet ping interval,
+ * key checks that are due, one per key for all its streams due in that tick. Only a database read
+ * or a key check runs as a fiber, for as long as it takes; an idle stream reads nothing (it used to re-read the database every quiet ping interval,
  * in case a notification was lost: 670 reads/s for 10,000 idle streams). A client that reads slower than events come fills the
  * body's buffer: the stream then stops taking rows from the bus and reads them from the database
  * once the client has drained it (the bus never waits for a stream).
@@ -64,7 +64,8 @@ export interface Hub {
   readonly pingMs: number
   readonly checkMs: number
   readonly eventsAfter: (runId: string, after: number) => Effect.Effect<ReadonlyArray<EventRow>, unknown>
-  readonly keyActive: (keyId: string) => Effect.Effect<boolean, unknown>
+  /** Checks the stream's key, later; then calls `stream.checked` with whether it is still active. */
+  readonly checkKey: (stream: EventStream) => void
   readonly listen: (runId: string, listener: BusListener) => () => void
   readonly closed: (stream: EventStream) => void
   readonly lag: (row: EventRow) => void
@@ -218,13 +219,18 @@ export class EventStream {
     if (now >= this.nextCheck) {
       this.nextCheck = now + this.hub.checkMs
       this.busy = true
-      this.run(
-        Effect.map(this.hub.keyActive(this.p.keyId), (active) => {
-          if (!active) this.end(true)
-        }),
-        () => this.tick(this.hub.now())
-      )
+      this.hub.checkKey(this)
     }
+  }
+
+  /** The hub's answer to `checkKey`: whether the key is still active (`false` when the check failed). */
+  checked(active: boolean) {
+    this.busy = false
+    if (this.ended) return
+    if (!active) return this.end(true)
+    // rows that came meanwhile were left to the database
+    if (this.again && !this.paused) this.catchUp(false)
+    else this.tick(this.hub.now())
   }
 
   /** Ends the stream once: the body ends (`finish`) or was destroyed, the bus and the slot are let go. */
@@ -250,13 +256,37 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
     const clock = yield* Effect.clock
     const now = () => clock.unsafeCurrentTimeMillis()
 
+    /** Streams whose key check is due, by key: one check per key answers them all (at the tick's end). */
+    const dueChecks = new Map<string, Array<EventStream>>()
+    const checkDue = () => {
+      for (const [keyId, streams] of dueChecks) {
+        fork(
+          platform.keyActive(keyId).pipe(
+            Effect.matchCauseEffect({
+              onFailure: (cause) =>
+                Effect.zipRight(
+                  Effect.logWarning("event streams stopped: their key could not be checked", cause),
+                  Effect.sync(() => streams.forEach((s) => s.checked(false)))
+                ),
+              onSuccess: (active) => Effect.sync(() => streams.forEach((s) => s.checked(active)))
+            }),
+            Effect.annotateLogs({ key_id: keyId, streams: streams.length })
+          )
+        )
+      }
+      dueChecks.clear()
+    }
     const hub: Hub = {
       fork: (effect) => void fork(effect),
       now,
       pingMs: config.runs.pingSeconds * 1000,
       checkMs: config.runs.streamAuthCheckSeconds * 1000,
       eventsAfter: (runId, after) => repo.eventsAfter(runId, after, PAGE),
-      keyActive: (keyId) => platform.keyActive(keyId),
+      checkKey: (stream) => {
+        const streams = dueChecks.get(stream.p.keyId)
+        if (streams === undefined) dueChecks.set(stream.p.keyId, [stream])
+        else streams.push(stream)
+      },
       listen: bus.listen,
       closed: (stream) => {
         if (!open.delete(stream)) return
@@ -276,9 +306,13 @@ export class StreamHub extends Effect.Service<StreamHub>()("StreamHub", {
       while (true) {
         yield* Effect.sleep(TICK_MS)
         // checked and cleared in one step: a stream opening now starts the next ticker
-        if (open.size === 0) return void (ticking = false)
+        if (open.size === 0) {
+          dueChecks.clear()
+          return void (ticking = false)
+        }
         const at = now()
         for (const stream of open) stream.tick(at)
+        checkDue()
       }
     })
     // The process stops: every stream ends (its client sees the body end and may resume).
