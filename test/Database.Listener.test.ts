@@ -42,12 +42,20 @@ const follow = (notifications: Listener.Notifications["Type"], channel: string) 
     return got
   })
 
-/** A TCP proxy to Postgres whose open connections can be made to stop forwarding (new ones still work). */
-const proxy = (target: URL) =>
+/**
+ * A TCP proxy to Postgres whose open connections can be made to stop forwarding (new ones still
+ * work); its first `silent` connections are accepted and never answered.
+ */
+const proxy = (target: URL, silent = 0) =>
   Effect.acquireRelease(
     Effect.promise(async () => {
       const pairs: Array<[net.Socket, net.Socket]> = []
+      const unanswered: Array<net.Socket> = []
       const server = net.createServer((client) => {
+        if (unanswered.length < silent) {
+          client.on("error", () => undefined)
+          return void unanswered.push(client)
+        }
         const upstream = net.connect(Number(target.port), target.hostname)
         client.on("error", () => undefined)
         upstream.on("error", () => undefined)
@@ -65,13 +73,17 @@ const proxy = (target: URL) =>
         }
       }
       const close = () => {
+        for (const client of unanswered) client.destroy()
         for (const [client, upstream] of pairs) {
           client.destroy()
           upstream.destroy()
         }
         return new Promise<void>((resolve) => server.close(() => resolve()))
       }
-      return { port: (server.address() as net.AddressInfo).port, freeze, close }
+      const url = new URL(target)
+      url.hostname = "127.0.0.1"
+      url.port = String((server.address() as net.AddressInfo).port)
+      return { url: url.toString(), freeze, close }
     }),
     (p) => Effect.promise(p.close)
   )
@@ -116,13 +128,9 @@ describe("the LISTEN connection", () => {
   it.live("a connection that stops answering is replaced after a failed probe", () =>
     Effect.gen(function*() {
       const db = yield* freshDatabase
-      const target = new URL(db.url)
-      const p = yield* proxy(target)
-      const viaProxy = new URL(db.url)
-      viaProxy.port = String(p.port)
-      viaProxy.hostname = "127.0.0.1"
+      const p = yield* proxy(new URL(db.url))
       const notifications = yield* Listener.make({
-        url: Redacted.make(viaProxy.toString()),
+        url: Redacted.make(p.url),
         probeMillis: 200,
         probeTimeoutMillis: 300
       })
@@ -137,6 +145,24 @@ describe("the LISTEN connection", () => {
       yield* eventually(() => got.includes("after"))
       expect(got).toEqual(["listening", "listening", "after"])
     }).pipe(Effect.scoped), 30_000)
+
+  it.live(
+    "a connection that never answers its start is given up after the timeout, and the next one listens",
+    () =>
+      Effect.gen(function*() {
+        const db = yield* freshDatabase
+        const p = yield* proxy(new URL(db.url), 1)
+        const notifications = yield* Listener.make({ url: Redacted.make(p.url), probeMillis: 60_000, probeTimeoutMillis: 300 })
+        const got = yield* follow(notifications, "zz")
+        yield* eventually(() => got.includes("listening"), 5_000)
+        expect(got).toEqual(["listening"])
+        expect(notifications.connections()).toBe(1) // the silent one never connected
+        yield* notify(db.url, "zz", "one")
+        yield* eventually(() => got.includes("one"))
+        expect(got).toEqual(["listening", "one"])
+      }).pipe(Effect.scoped),
+    30_000
+  )
 
   it.live(
     "a listener that comes later is told Listening once its channel is listened to; another channel's notices are not its",

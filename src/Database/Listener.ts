@@ -6,7 +6,7 @@
  * timeout), its streams neither end nor receive anything again, and nothing reconnects. Every
  * caller then depends on its own polling. Here one connection per process carries every channel.
  * When it ends or errors, or fails the periodic probe (a `SELECT 1` on the same socket: a
- * half-open TCP connection answers nothing), it is replaced: connect again (backoff from 100 ms
+ * half-open TCP connection answers nothing), or does not connect in time, it is replaced: connect again (backoff from 100 ms
  * to 5 s, in real time), LISTEN on every channel, then tell every listener `Listening`.
  *
  * `Listening` means: notifications of this channel arrive from now on; anything committed before
@@ -41,7 +41,12 @@ interface ListenClient {
   on(event: "error" | "end", listener: (error?: Error) => void): void
 }
 const Pg = createRequire(import.meta.url)("pg") as {
-  readonly Client: new(options: { connectionString: string; application_name: string; keepAlive: boolean }) => ListenClient
+  readonly Client: new(options: {
+    connectionString: string
+    application_name: string
+    keepAlive: boolean
+    connectionTimeoutMillis: number
+  }) => ListenClient
   readonly escapeIdentifier: (name: string) => string
 }
 
@@ -77,7 +82,9 @@ export const make = (options: ListenerOptions) =>
       const client = new Pg.Client({
         connectionString: Redacted.value(options.url),
         application_name: "agent-platform-listen",
-        keepAlive: true
+        keepAlive: true,
+        // a server that accepts and never answers would otherwise hold the connect forever
+        connectionTimeoutMillis: options.probeTimeoutMillis
       })
       let over = false
       let probe: ReturnType<typeof setInterval> | undefined
@@ -102,14 +109,15 @@ export const make = (options: ListenerOptions) =>
         const session = { client, channels: new Map<string, Promise<unknown>>() }
         current = session
         connections++
-        for (const channel of [...handlers.keys()]) await listenOn(session, channel)
-        if (over) return
-        for (const set of handlers.values()) for (const handler of set) handler(LISTENING)
+        // probed from now on: a LISTEN that never answers is a lost connection too
         probe = setInterval(() => {
           const timer = setTimeout(() => lose(new Error("LISTEN connection probe timed out")), options.probeTimeoutMillis)
           client.query("SELECT 1").then(() => clearTimeout(timer), (error) => lose(error))
         }, options.probeMillis)
         probe.unref()
+        for (const channel of [...handlers.keys()]) await listenOn(session, channel)
+        if (over) return
+        for (const set of handlers.values()) for (const handler of set) handler(LISTENING)
       }
       connected().catch((error) => lose(error instanceof Error ? error : new Error(String(error))))
       return Effect.sync(() => {
