@@ -5,6 +5,7 @@
  * the user's input in one transaction, then asks the cell to start the run's actor. If this process
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
+import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Duration, Effect, Exit, Option, Queue, Schema, Scope } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
@@ -118,19 +119,23 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
      */
     const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow | typeof MISSED>, runId: string, seconds: number) =>
       Effect.gen(function*() {
-        const ends = (e: Repo.EventRow | typeof MISSED) =>
+        /** "ended" on a terminal event; on MISSED, the run read then when it ended. */
+        const ending = (e: Repo.EventRow | typeof MISSED): Effect.Effect<"ended" | Option.Option<Repo.RunRow> | undefined, SqlError> =>
           e === MISSED
-            ? Effect.map(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status))
-            : Effect.succeed(e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status))
+            ? Effect.map(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? row : undefined)
+            : Effect.succeed(
+              e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) ? "ended" as const : undefined
+            )
         const terminal = yield* Queue.take(events).pipe(
-          Effect.flatMap(ends),
-          Effect.repeat({ until: (ended) => ended }),
+          Effect.flatMap(ending),
+          Effect.repeat({ until: (ended) => ended !== undefined }),
           Effect.timeout(Duration.millis(seconds * 1000)),
           Effect.option
         )
+        if (Option.isNone(terminal)) return Option.getOrUndefined(yield* repo.run(runId))
         // ended: as its ending commit wrote it when that was on this node and it is already kept
         // (the notification may come first: then it is read)
-        return Option.getOrUndefined(yield* (Option.isSome(terminal) ? repo.ended(runId) : repo.run(runId)))
+        return Option.getOrUndefined(terminal.value === "ended" ? yield* repo.ended(runId) : terminal.value)
       })
 
     /**

@@ -5,9 +5,10 @@
  * errors: once that connection is lost (Postgres restarted, the backend terminated, a proxy
  * timeout), its streams neither end nor receive anything again, and nothing reconnects. Every
  * caller then depends on its own polling. Here one connection per process carries every channel.
- * When it ends or errors, or fails the periodic probe (a `SELECT 1` on the same socket: a
- * half-open TCP connection answers nothing), or does not connect in time, it is replaced: connect again (backoff from 100 ms
- * to 5 s, in real time), LISTEN on every channel, then tell every listener `Listening`.
+ * When it ends or errors, fails the periodic probe (a `SELECT 1` on the same socket: a half-open
+ * TCP connection answers nothing) or does not connect in time, it is replaced: connect again
+ * (backoff from 100 ms to 5 s, in real time), LISTEN on every channel, then tell every listener
+ * `Listening`.
  *
  * `Listening` means: notifications of this channel arrive from now on; anything committed before
  * it may have gone unannounced. A listener answers it by reading what it may have missed, once,
@@ -18,6 +19,7 @@ import { createRequire } from "node:module"
 
 import { Context, Effect, Layer, Redacted, Stream } from "effect"
 
+import { Listeners } from "../Kernel/Listeners.js"
 import { realPause } from "../Kernel/RealTime.js"
 
 /** What a listener gets: LISTEN is active (read what may have been missed), or a payload. */
@@ -63,7 +65,7 @@ const BACKOFF_MAX = 5_000
 
 export const make = (options: ListenerOptions) =>
   Effect.gen(function*() {
-    const handlers = new Map<string, Set<(notice: Notice) => void>>()
+    const handlers = new Listeners<string, (notice: Notice) => void>()
     /** The live connection and the channels it listens on (a LISTEN per channel, once). */
     let current: { readonly client: ListenClient; readonly channels: Map<string, Promise<unknown>> } | undefined
     let connections = 0
@@ -88,20 +90,24 @@ export const make = (options: ListenerOptions) =>
       })
       let over = false
       let probe: ReturnType<typeof setInterval> | undefined
-      const lose = (error: Error) => {
-        if (over) return
+      /** Ends this connection once; false when it was over already. */
+      const stop = () => {
+        if (over) return false
         over = true
         clearInterval(probe)
         if (current?.client === client) current = undefined
         client.end().catch(() => undefined)
-        resume(Effect.fail(error))
+        return true
+      }
+      const lose = (error: Error) => {
+        if (stop()) resume(Effect.fail(error))
       }
       client.on("error", (error) => lose(error ?? new Error("LISTEN connection error")))
       client.on("end", () => lose(new Error("LISTEN connection ended")))
       client.on("notification", (msg) => {
         if (msg.payload === undefined) return
         const notice: Notice = { _tag: "Notification", payload: msg.payload }
-        for (const handler of handlers.get(msg.channel) ?? []) handler(notice)
+        for (const handler of handlers.of(msg.channel)) handler(notice)
       })
       const connected = async () => {
         await client.connect()
@@ -117,15 +123,10 @@ export const make = (options: ListenerOptions) =>
         probe.unref()
         for (const channel of [...handlers.keys()]) await listenOn(session, channel)
         if (over) return
-        for (const set of handlers.values()) for (const handler of set) handler(LISTENING)
+        for (const handler of handlers.all()) handler(LISTENING)
       }
       connected().catch((error) => lose(error instanceof Error ? error : new Error(String(error))))
-      return Effect.sync(() => {
-        over = true
-        clearInterval(probe)
-        if (current?.client === client) current = undefined
-        return client.end().catch(() => undefined)
-      })
+      return Effect.sync(stop)
     })
 
     // Reconnects for as long as the process runs; the backoff starts over after each connection.
@@ -146,21 +147,14 @@ export const make = (options: ListenerOptions) =>
         Effect.acquireRelease(
           Effect.sync(() => {
             const handler = (notice: Notice) => void emit.single(notice)
-            let set = handlers.get(channel)
-            if (!set) handlers.set(channel, set = new Set())
-            set.add(handler)
+            const remove = handlers.add(channel, handler)
             // On a live connection: LISTEN if nobody here did yet, then this listener is told.
             // Otherwise the next connection tells it.
             const session = current
             if (session !== undefined) listenOn(session, channel).then(() => handler(LISTENING), () => undefined)
-            return handler
+            return remove
           }),
-          (handler) =>
-            Effect.sync(() => {
-              const set = handlers.get(channel)
-              set?.delete(handler)
-              if (set?.size === 0) handlers.delete(channel)
-            })
+          (remove) => Effect.sync(remove)
         )
       )
 

@@ -16,6 +16,7 @@
 import { Effect, Queue, Stream } from "effect"
 
 import { Notifications } from "../Database/Listener.js"
+import { Listeners } from "../Kernel/Listeners.js"
 import { type EventRow, RunStore } from "./RunStore.js"
 
 /** What a subscriber's queue gets when events of its run may have gone unannounced. */
@@ -32,47 +33,47 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
     const notifications = yield* Notifications
     const repo = yield* RunStore
     /** Per run, its listeners: a waiter's queue, or an SSE stream. */
-    const subscribers = new Map<string, Set<BusListener>>()
+    const subscribers = new Listeners<string, BusListener>()
 
     const deliver = (payload: string) => {
-      let runId: string | undefined
-      return Effect.gen(function*() {
-        let note: { run_id?: unknown; sequence?: unknown; event?: any }
-        try {
-          note = JSON.parse(payload)
-        } catch {
-          return
-        }
-        if (typeof note.run_id !== "string" || typeof note.sequence !== "number") return
-        runId = note.run_id
-        const listeners = subscribers.get(note.run_id)
-        if (!listeners || listeners.size === 0) return
-        // The event travels in the notification when it fits (migration 0006); else it is read.
-        const row: EventRow | undefined = note.event
-          ? {
-            id: note.event.id,
-            run_id: note.run_id,
-            sequence: note.sequence,
-            type: note.event.type,
-            data: note.event.data,
-            created_at: new Date(note.event.created_at)
-          }
-          : (yield* repo.eventsAfter(note.run_id, note.sequence - 1, 1)).find((r) => r.sequence === note.sequence)
-        if (!row) return
-        for (const listener of listeners) listener.row(row)
-      }).pipe(Effect.catchAllCause((cause) =>
-        Effect.zipRight(
-          Effect.logWarning("run event fan-out failed", cause),
-          Effect.sync(() => {
-            for (const listener of (runId === undefined ? undefined : subscribers.get(runId)) ?? []) listener.missed()
-          })
+      let note: { run_id?: unknown; sequence?: unknown; event?: any }
+      try {
+        note = JSON.parse(payload)
+      } catch {
+        return Effect.void
+      }
+      const { event, run_id: runId, sequence } = note
+      if (typeof runId !== "string" || typeof sequence !== "number") return Effect.void
+      if (!subscribers.has(runId)) return Effect.void
+      // The event travels in the notification when it fits (migration 0006); else it is read.
+      const row: Effect.Effect<EventRow | undefined, unknown> = event
+        ? Effect.succeed({
+          id: event.id,
+          run_id: runId,
+          sequence,
+          type: event.type,
+          data: event.data,
+          created_at: new Date(event.created_at)
+        })
+        : Effect.map(repo.eventsAfter(runId, sequence - 1, 1), (rows) => rows.find((r) => r.sequence === sequence))
+      return row.pipe(
+        Effect.map((row) => {
+          if (row) { for (const listener of subscribers.of(runId)) listener.row(row) }
+        }),
+        Effect.catchAllCause((cause) =>
+          Effect.zipRight(
+            Effect.logWarning("run event fan-out failed", cause),
+            Effect.sync(() => {
+              for (const listener of subscribers.of(runId)) listener.missed()
+            })
+          )
         )
-      ))
+      )
     }
 
     /** LISTEN is active again (or for the first time): every listener reads what it may have missed. */
     const missedAll = Effect.sync(() => {
-      for (const set of subscribers.values()) for (const listener of set) listener.missed()
+      for (const listener of subscribers.all()) listener.missed()
     })
 
     yield* notifications.listen("run_events").pipe(
@@ -84,16 +85,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
      * Hands `listener` each event of `runId` committed from now on, until the returned function is
      * called; it is called synchronously in the fan-out, so it must only take note (SSE streams).
      */
-    const listen = (runId: string, listener: BusListener) => {
-      let set = subscribers.get(runId)
-      if (!set) subscribers.set(runId, set = new Set())
-      set.add(listener)
-      return () => {
-        const set = subscribers.get(runId)
-        set?.delete(listener)
-        if (set && set.size === 0) subscribers.delete(runId)
-      }
-    }
+    const listen = (runId: string, listener: BusListener) => subscribers.add(runId, listener)
 
     /**
      * Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls),

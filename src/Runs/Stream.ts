@@ -15,9 +15,9 @@
  * Node `Readable` the response pipes; the bus calls the stream with each committed row, which it
  * frames at once when it is the next one; one ticker of the hub sends the pings and starts the
  * key checks that are due, one per key for all its streams due in that tick. Only a database read
- * or a key check runs as a fiber, for as long as it takes; an idle stream reads nothing (it used to re-read the database every quiet ping interval,
- * in case a notification was lost: 670 reads/s for 10,000 idle streams). A client that reads slower than events come fills the
- * body's buffer: the stream then stops taking rows from the bus and reads them from the database
+ * or a key check runs as a fiber, for as long as it takes; an idle stream reads nothing (it used
+ * to re-read the database every quiet ping interval in case a notification was lost: 670 reads/s
+ * for 10,000 idle streams). A client that reads slower than events come fills the body's buffer: the stream then stops taking rows from the bus and reads them from the database
  * once the client has drained it (the bus never waits for a stream).
  */
 import * as Sse from "@effect/experimental/Sse"
@@ -174,34 +174,32 @@ export class EventStream {
       }
       return rows.length === PAGE && !this.paused && !this.ended ? page : Effect.void
     })
-    this.run(page, () => undefined)
-  }
-
-  /**
-   * Runs `effect` as the stream's one fiber, then reads the rows that came meanwhile, or `then`;
-   * its failure ends the stream after a log line.
-   */
-  private run(effect: Effect.Effect<void, unknown>, then: () => void) {
+    // the stream's one fiber; a failed read ends the stream after a log line
     this.hub.fork(
-      effect.pipe(
+      page.pipe(
         Effect.matchCauseEffect({
           onFailure: (cause) =>
             Effect.zipRight(
               Effect.logWarning("event stream stopped", cause),
               Effect.sync(() => this.end(true))
             ),
-          onSuccess: () =>
-            Effect.sync(() => {
-              this.busy = false
-              if (this.ended) return
-              // rows that came meanwhile were left to the database
-              if (this.again && !this.paused) this.catchUp(false)
-              else then()
-            })
+          onSuccess: () => Effect.sync(() => void this.settle())
         }),
         Effect.annotateLogs({ run_id: this.runId })
       )
     )
+  }
+
+  /**
+   * A read or a key check is over: the rows that came meanwhile (left to the database) are read.
+   * True when nothing is left to do.
+   */
+  private settle() {
+    this.busy = false
+    if (this.ended) return false
+    if (!this.again || this.paused) return true
+    this.catchUp(false)
+    return false
   }
 
   /** What is due at `now`: a ping (never later than the interval), a key check. */
@@ -225,12 +223,11 @@ export class EventStream {
 
   /** The hub's answer to `checkKey`: whether the key is still active (`false` when the check failed). */
   checked(active: boolean) {
-    this.busy = false
-    if (this.ended) return
-    if (!active) return this.end(true)
-    // rows that came meanwhile were left to the database
-    if (this.again && !this.paused) this.catchUp(false)
-    else this.tick(this.hub.now())
+    if (!active) {
+      this.busy = false
+      return this.end(true)
+    }
+    if (this.settle()) this.tick(this.hub.now())
   }
 
   /** Ends the stream once: the body ends (`finish`) or was destroyed, the bus and the slot are let go. */

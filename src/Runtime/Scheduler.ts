@@ -11,11 +11,11 @@
  * active schedule it waits for that notification alone (and a real-time look every minute).
  */
 import { Clock, Duration, Effect, Layer, Queue, Stream } from "effect"
-import { Notifications } from "../Database/Listener.js"
 
 import { Cells, tell } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
+import { Notifications } from "../Database/Listener.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { Schedules } from "../Schedules.js"
 

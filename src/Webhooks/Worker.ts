@@ -18,10 +18,10 @@
 import { randomUUID } from "node:crypto"
 
 import { Clock, Duration, Effect, FiberSet, Layer, Queue, Redacted, Stream } from "effect"
-import { Notifications } from "../Database/Listener.js"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
+import { Notifications } from "../Database/Listener.js"
 import { afterAttempt, type WebhookAttempt } from "../Domain/Webhooks.js"
 import { toIso } from "../Kernel/Ids.js"
 import { realPause } from "../Kernel/RealTime.js"
