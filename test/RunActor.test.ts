@@ -29,6 +29,7 @@ import { RunStore } from "../src/Runs/RunStore.js"
 import { RunStoreMemory } from "../src/Runs/RunStoreMemory.js"
 import { CellsWithoutDependencies } from "../src/Runtime/CellsLive.js"
 import { onRealClock } from "../src/Runtime/Cluster.js"
+import { DispatchReadsOfServices } from "../src/Runtime/DispatchReads.js"
 import { Tools } from "../src/Tools.js"
 import { CallOutcome, Invoker } from "../src/Tools/Invoker.js"
 import { OperationsRepo } from "../src/Tools/OperationsRepo.js"
@@ -65,6 +66,8 @@ interface World {
 /** The runtime over memory, with these run budgets. */
 const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
   CellsWithoutDependencies.pipe(
+    // the start's reads one by one, through the stubs below (the statement itself: the HTTP suites)
+    Layer.provide(DispatchReadsOfServices),
     Layer.provideMerge(RunStoreMemory),
     Layer.provide(StepEngine.layerWith()),
     Layer.provide(

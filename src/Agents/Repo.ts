@@ -67,6 +67,17 @@ export const RevisionContext = Schema.Struct({
 })
 export type RevisionContext = typeof RevisionContext.Type
 
+/**
+ * What a run needs to call the model: the pinned revision and its model profile (a row of
+ * `RevisionContext`, none when the revision is gone). A query of its own, so that the run actor's
+ * first dispatch can read it with the rest of what it needs (src/Runtime/DispatchReads.ts).
+ */
+export const revisionContextQuery = (sql: SqlClient.SqlClient, revisionId: string) =>
+  sql`SELECT rv.instructions, rv.tool_ids, rv.memory, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings,
+             mp.credential_ciphertext, mp.credential_iv, mp.credential_tag
+      FROM agent_revisions rv JOIN model_profiles mp ON mp.id = rv.model_profile_id
+      WHERE rv.id = ${revisionId}`
+
 export const toWorkspace = (r: WorkspaceRow): Workspace => ({
   id: r.id,
   object: "workspace",
@@ -204,11 +215,7 @@ export class AgentsRepo extends Effect.Service<AgentsRepo>()("AgentsRepo", {
           Effect.map((r) => r?.default_model_profile_id)
         ),
       /** What a run needs to call the model: the pinned revision and its model profile. */
-      revisionContext: (revisionId: string) =>
-        sql`SELECT rv.instructions, rv.tool_ids, rv.memory, mp.id AS model_profile_id, mp.provider, mp.model, mp.settings,
-                   mp.credential_ciphertext, mp.credential_iv, mp.credential_tag
-            FROM agent_revisions rv JOIN model_profiles mp ON mp.id = rv.model_profile_id
-            WHERE rv.id = ${revisionId}`.pipe(Rows.maybe(RevisionContext))
+      revisionContext: (revisionId: string) => revisionContextQuery(sql, revisionId).pipe(Rows.maybe(RevisionContext))
     } as const
   })
 }) {}

@@ -50,6 +50,21 @@ const LockedRow = RunRow.pipe(Schema.omit("last_event_id"))
 const FencedRow = Schema.extend(LockedRow, Schema.Struct({ fence_generation: Schema.Number }))
 
 /**
+ * The conversation's window (`RunStore.items`), unordered: rows of `item` and `position`. A query of
+ * its own, so that the run actor's first dispatch can read it with the rest of what it needs
+ * (src/Runtime/DispatchReads.ts).
+ */
+export const itemsQuery = (sql: SqlClient.SqlClient, conversationId: string, budgetBytes: number) =>
+  sql`WITH sized AS (
+        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
+        FROM conversation_items WHERE conversation_id = ${conversationId}
+      )
+      SELECT item, position FROM sized
+      WHERE newer_bytes <= ${budgetBytes}
+         OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
+                         WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')`
+
+/**
  * The admission's one statement: the run's conversation (the cell's, of `row.workspace` when
  * given), the run with its workspace and revision (none when the conversation has an unfinished
  * one), then `counting` (a CTE body reading the `run` CTE: the quota count, which returns a row when
@@ -320,16 +335,7 @@ const make = Effect.gen(function*() {
     )
 
   const items = (conversationId: string, budgetBytes: number) =>
-    sql`
-      WITH sized AS (
-        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
-        FROM conversation_items WHERE conversation_id = ${conversationId}
-      )
-      SELECT item FROM sized
-      WHERE newer_bytes <= ${budgetBytes}
-         OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
-                         WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')
-      ORDER BY position`.pipe(
+    sql`${itemsQuery(sql, conversationId, budgetBytes)} ORDER BY position`.pipe(
       Rows.all(ItemRow),
       Effect.map((rows) => rows.map((r) => r.item))
     )

@@ -34,6 +34,7 @@ import { Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
 import * as Cell from "./Cell.js"
+import { type DispatchReads, DispatchReadsSql } from "./DispatchReads.js"
 import * as RunActor from "./RunActor.js"
 import * as ToolCalls from "./ToolCalls.js"
 
@@ -66,7 +67,18 @@ const make = Effect.gen(function*() {
   const clock = yield* Effect.clock
   const repo = yield* RunStore
   const actorContext = yield* Effect.context<
-    RunStore | StepEngine | Agents | Platform | Tools | AppConfig | OperationsRepo | ApprovalsRepo | Invoker | Memory | Files
+    | RunStore
+    | DispatchReads
+    | StepEngine
+    | Agents
+    | Platform
+    | Tools
+    | AppConfig
+    | OperationsRepo
+    | ApprovalsRepo
+    | Invoker
+    | Memory
+    | Files
   >()
   /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
   const endAs = (runId: string, generation: number, ending: Trigger, unknownReason: string) =>
@@ -195,6 +207,7 @@ export const CellsLive = CellsWithoutDependencies.pipe(
     Invoker.Default,
     Memory.Default,
     Files.Default,
-    PlacementsRepo.Default
+    PlacementsRepo.Default,
+    DispatchReadsSql
   ])
 )

@@ -29,6 +29,7 @@ import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
 import { Tools } from "../Tools.js"
+import { DispatchReads, type FirstDispatch } from "./DispatchReads.js"
 import * as RunFiles from "./RunFiles.js"
 import * as ToolCalls from "./ToolCalls.js"
 
@@ -94,6 +95,7 @@ export const run = (runId: string, options: ActorOptions) =>
     const tools = yield* Tools
     const approvals = yield* ApprovalsRepo
     const config = yield* AppConfig
+    const reads = yield* DispatchReads
     const budgets = config.runs
 
     /**
@@ -128,10 +130,13 @@ export const run = (runId: string, options: ActorOptions) =>
     const unauthorized = (row: RunRow) => Effect.map(platform.authorization(row), endingOf)
 
     // ---- the model calls and what they commit --------------------------------------------------
-    /** `checked`: the key was just checked (before the start), which covers the first dispatch. */
-    const drive = (row: RunRow, checked: boolean) =>
+    /**
+     * `first`: what the start read (the key, just checked, the revision and the window), which
+     * covers the first dispatch; without it (a resumed run) everything is read here.
+     */
+    const drive = (row: RunRow, first: FirstDispatch | undefined) =>
       Effect.gen(function*() {
-        const agent = yield* agents.revisionContext(row.agent_revision_id)
+        const agent = first === undefined ? yield* agents.revisionContext(row.agent_revision_id) : first.revision
         if (agent === undefined || row.input === null) {
           yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
           return
@@ -159,13 +164,16 @@ export const run = (runId: string, options: ActorOptions) =>
         }
         // The input's files are the run's own user message's: read once per run, not per model call.
         let inputs: ReadonlyMap<string, Uint8Array> | undefined
+        // the start's reads serve the first dispatch only (not the one after resolving pending calls)
+        let fresh = first
         for (let i = 0; i < budgets.maxSteps; i++) {
-          const ending = checked && i === 0 ? undefined : yield* unauthorized(row)
+          const ending = fresh === undefined ? yield* unauthorized(row) : undefined
           if (ending !== undefined) {
             yield* commit({ trigger: ending })
             return
           }
-          const window = yield* repo.items(row.conversation_id, budgets.contextBytes)
+          const window = fresh === undefined ? yield* repo.items(row.conversation_id, budgets.contextBytes) : fresh.items
+          fresh = undefined
           const decoded = yield* Effect.either(Effect.map(Schema.decodeUnknown(Items)(window), fromFirstUserMessage))
           if (Either.isLeft(decoded)) {
             yield* commit({ trigger: Trigger.Interrupt({ reason: "admitted_content_missing" }) })
@@ -305,7 +313,9 @@ export const run = (runId: string, options: ActorOptions) =>
         const waited = yield* within(deadline, budget, options.slots.take(1))
         if (waited !== "done") return yield* expire(waited)
         yield* Effect.gen(function*() {
-          const ending = yield* unauthorized(row)
+          // the key, the revision and the window in one read (DispatchReads)
+          const first = yield* reads.first(row, budgets.contextBytes)
+          const ending = endingOf(first.authorization)
           if (ending !== undefined) {
             yield* commit({ trigger: ending })
             return
@@ -323,17 +333,17 @@ export const run = (runId: string, options: ActorOptions) =>
             status: "running",
             started_at: new Date(now),
             execution_deadline_at: new Date(now + budgets.executionSeconds * 1000)
-          }, true)
+          }, first)
         }).pipe(Effect.ensuring(options.slots.release(1)))
       })
 
-    const phaseRunning = (row: RunRow, checked = false) =>
+    const phaseRunning = (row: RunRow, first?: FirstDispatch) =>
       Effect.gen(function*() {
         const [deadline, budget] = earliest(
           [row.execution_deadline_at, "execution_deadline_exceeded"],
           [row.authorization_expires_at, "authorization_expired"]
         )
-        const outcome = yield* within(deadline, budget, drive(row, checked))
+        const outcome = yield* within(deadline, budget, drive(row, first))
         if (outcome !== "done") yield* expire(outcome)
       })
 
