@@ -42,6 +42,7 @@ const Combined = Schema.Struct({
   model_profile_id: Schema.NullOr(Schema.String),
   items: Schema.NullOr(Schema.Array(Schema.Unknown))
 })
+const decodeCombined = Schema.decodeUnknown(Combined)
 const decodeRevision = Schema.decodeUnknown(RevisionContext)
 
 /** The revision's columns, as `revisionContextQuery` names them. */
@@ -62,7 +63,7 @@ export const DispatchReadsSql: Layer.Layer<DispatchReads, never, SqlClient.SqlCl
           LEFT JOIN (${revisionContextQuery(sql, run.agent_revision_id)}) c ON TRUE`.pipe(
           Effect.map((rows) => rows[0])
         )
-        const combined = yield* Effect.orDie(Schema.decodeUnknown(Combined)(row))
+        const combined = yield* Effect.orDie(decodeCombined(row))
         return {
           authorization: authorizationOf(combined.authorization === null ? undefined : { authorization: combined.authorization }),
           revision: combined.model_profile_id === null ? undefined : yield* Effect.orDie(decodeRevision(row)),
