@@ -17,6 +17,7 @@ import { Audit } from "./Audit.js"
 import { AuditLive } from "./Audit/Http.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
+import { detachStreams } from "./Edge/Detached.js"
 import { Idempotency } from "./Edge/Idempotency.js"
 import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
@@ -150,8 +151,9 @@ const DOCS_CONFIG = {
 // response after the pipeline has added its headers and stored idempotent results.
 // The server's span around each request (named per operation, see Edge/Tracing.ts) wraps it all.
 const ServeLive = HttpApiBuilder.httpApp.pipe(
-  // Request metrics wrap the pipeline, so every answer is counted and timed.
-  Effect.map((app) => HttpServer.serve(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app))))),
+  // Request metrics wrap the pipeline, so every answer is counted and timed; a streaming body is
+  // piped by Node after the request's fiber ended (Edge/Detached.ts).
+  Effect.map((app) => HttpServer.serve(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app)))))),
   Layer.unwrapEffect,
   withRequestTracing,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
