@@ -14,7 +14,9 @@ import type { Scope } from "../Kernel/Scopes.js"
 import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
-export const AuthorizationRow = Schema.Struct({ authorization: Schema.Literal("active", "revoked", "deleted") })
+export const Authorization = Schema.Literal("active", "revoked", "deleted")
+export type Authorization = typeof Authorization.Type
+const AuthorizationRow = Schema.Struct({ authorization: Authorization })
 const GenerationRow = Schema.Struct({ cell_generation: Schema.Number })
 const WorkspaceIdRow = Schema.Struct({ workspace_id: Schema.String })
 
@@ -39,9 +41,8 @@ export const authorizationQuery = (sql: SqlClient.SqlClient, keyId: string, user
       JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
       WHERE k.id = ${keyId}`
 
-/** A key that no longer exists may not act. */
-export const authorizationOf = (row: { readonly authorization: "active" | "revoked" | "deleted" } | undefined) =>
-  row?.authorization ?? "revoked"
+/** The authorization read (none: the key no longer exists, so it may not act). */
+export const authorizationOf = (read: Authorization | null | undefined): Authorization => read ?? "revoked"
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {
@@ -194,7 +195,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
      * any) is deleted; else `active`.
      */
     const authorization = (keyId: string, userId: string | null, at: Date) =>
-      authorizationQuery(sql, keyId, userId, at).pipe(Rows.maybe(AuthorizationRow), Effect.map(authorizationOf))
+      authorizationQuery(sql, keyId, userId, at).pipe(Rows.maybe(AuthorizationRow), Effect.map((r) => authorizationOf(r?.authorization)))
 
     // ---- users, tombstones and service actors --------------------------------------------------
     const users = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>

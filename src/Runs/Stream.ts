@@ -17,8 +17,9 @@
  * key checks that are due, one per key for all its streams due in that tick. Only a database read
  * or a key check runs as a fiber, for as long as it takes; an idle stream reads nothing (it used
  * to re-read the database every quiet ping interval in case a notification was lost: 670 reads/s
- * for 10,000 idle streams). A client that reads slower than events come fills the body's buffer: the stream then stops taking rows from the bus and reads them from the database
- * once the client has drained it (the bus never waits for a stream).
+ * for 10,000 idle streams). A client that reads slower than events come fills the body's buffer:
+ * the stream then stops taking rows from the bus and reads them from the database once the client
+ * has drained it (the bus never waits for a stream).
  */
 import * as Sse from "@effect/experimental/Sse"
 import { Effect, FiberSet } from "effect"

@@ -13,7 +13,7 @@ import { Clock, Context, Effect, Layer, Schema } from "effect"
 import { Agents } from "../Agents.js"
 import { RevisionContext, revisionContextQuery } from "../Agents/Repo.js"
 import { Platform } from "../Platform.js"
-import { authorizationOf, authorizationQuery, AuthorizationRow } from "../Platform/Repo.js"
+import { Authorization, authorizationOf, authorizationQuery } from "../Platform/Repo.js"
 import { itemsQuery } from "../Runs/Repo.js"
 import { RunStore } from "../Runs/RunStore.js"
 
@@ -26,7 +26,7 @@ export interface Dispatched {
 }
 
 export interface FirstDispatch {
-  readonly authorization: "active" | "revoked" | "deleted"
+  readonly authorization: Authorization
   /** undefined: the revision (or its model profile) is gone */
   readonly revision: RevisionContext | undefined
   /** the conversation's window, in order (JSON, decoded by the reader) */
@@ -38,7 +38,7 @@ export class DispatchReads extends Context.Tag("DispatchReads")<DispatchReads, {
 }>() {}
 
 const Combined = Schema.Struct({
-  authorization: Schema.NullOr(AuthorizationRow.fields.authorization),
+  authorization: Schema.NullOr(Authorization),
   model_profile_id: Schema.NullOr(Schema.String),
   items: Schema.NullOr(Schema.Array(Schema.Unknown))
 })
@@ -65,7 +65,7 @@ export const DispatchReadsSql: Layer.Layer<DispatchReads, never, SqlClient.SqlCl
         )
         const combined = yield* Effect.orDie(decodeCombined(row))
         return {
-          authorization: authorizationOf(combined.authorization === null ? undefined : { authorization: combined.authorization }),
+          authorization: authorizationOf(combined.authorization),
           revision: combined.model_profile_id === null ? undefined : yield* Effect.orDie(decodeRevision(row)),
           items: combined.items ?? []
         }

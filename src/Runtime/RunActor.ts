@@ -27,6 +27,7 @@ import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
+import type { Authorization } from "../Platform/Repo.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
 import { Tools } from "../Tools.js"
 import { DispatchReads, type FirstDispatch } from "./DispatchReads.js"
@@ -71,7 +72,7 @@ const fromFirstUserMessage = (items: ReadonlyArray<ConversationItem>) => {
 }
 
 /** How a run ends when it may no longer act (undefined: it may). */
-export const endingOf = (authorization: "active" | "revoked" | "deleted"): Trigger | undefined =>
+export const endingOf = (authorization: Authorization): Trigger | undefined =>
   authorization === "active"
     ? undefined
     : authorization === "deleted"
