@@ -9,7 +9,7 @@ import { ConfigProvider, Effect, Exit, Schema } from "effect"
 import { StepResult } from "../src/Domain/Conversation.js"
 import { ModelsConfig } from "../src/Models/Config.js"
 import { ModelError } from "../src/Models/Errors.js"
-import { toPrompt } from "../src/Models/Prompt.js"
+import { literals, toPrompt } from "../src/Models/Prompt.js"
 
 describe("step engine: prompt, schemas and config", () => {
   it.effect("ModelsConfig reads the environment, with defaults, and refuses bad values", () =>
@@ -76,6 +76,30 @@ describe("step engine: prompt, schemas and config", () => {
     ])
     // Empty instructions: no system message.
     expect(toPrompt("  ", [{ type: "user_message", text: "q" }]).content.map((m) => m.role)).toEqual(["user"])
+  })
+
+  it("the prompt's parts and messages are what Prompt.makePart and makeMessage make", () => {
+    const bytes = new Uint8Array([1, 2, 3])
+    const text = Prompt.makePart("text", { text: "t" })
+    const call = Prompt.makePart("tool-call", { id: "c", name: "n", params: { x: 1 }, providerExecuted: false })
+    const result = Prompt.makePart("tool-result", { id: "c", name: "n", result: [1], isFailure: true, providerExecuted: false })
+    const file = Prompt.makePart("file", { mediaType: "image/png", fileName: "a.png", data: bytes })
+    const pairs: Array<[unknown, unknown]> = [
+      [literals.textPart("t"), text],
+      [literals.toolCallPart("c", "n", { x: 1 }), call],
+      [literals.toolResultPart("c", "n", [1], true), result],
+      [literals.filePart("image/png", "a.png", bytes), file],
+      [literals.systemMessage("s"), Prompt.makeMessage("system", { content: "s" })],
+      [literals.userMessage([text, file]), Prompt.makeMessage("user", { content: [text, file] })],
+      [literals.assistantMessage([text, call]), Prompt.makeMessage("assistant", { content: [text, call] })],
+      [literals.toolMessage([result]), Prompt.makeMessage("tool", { content: [result] })]
+    ]
+    for (const [ours, library] of pairs) {
+      expect(ours).toStrictEqual(library)
+      expect(Object.keys(ours as object).sort()).toEqual(Object.keys(library as object).sort())
+    }
+    expect(Prompt.isPart(literals.textPart("t"))).toBe(true)
+    expect(Prompt.isMessage(literals.systemMessage("s"))).toBe(true)
   })
 
   it("step results and model errors survive a JSON round trip through their schemas", () => {

@@ -83,9 +83,9 @@ export interface StepInput {
 
 const DEFAULT_ANTHROPIC_MAX_TOKENS = 4096
 
-/** How a step is sent: the model layer and whether the request timeout applies. */
+/** How a step is sent: the model it is provided with and whether the request timeout applies. */
 interface Target {
-  readonly model: Layer.Layer<LanguageModel.LanguageModel>
+  readonly provide: <A, E>(call: Effect.Effect<A, E, LanguageModel.LanguageModel>) => Effect.Effect<A, E>
   readonly remote: boolean
   /** The request id header of the last 2xx response, filled in by the HTTP client. */
   readonly seen: { requestId?: string | undefined }
@@ -168,7 +168,7 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
     })
     /** A provider over HTTP: the operator's provider URLs on `http`, customer URLs on the guarded client. */
     const remote = (layer: Layer.Layer<LanguageModel.LanguageModel, never, HttpClient.HttpClient>, guarded = false): Target => ({
-      model: Layer.provide(layer, guarded ? guardedHttpLayer : httpLayer),
+      provide: Effect.provide(Layer.provide(layer, guarded ? guardedHttpLayer : httpLayer)),
       remote: true,
       seen
     })
@@ -176,7 +176,12 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       case "scripted":
         return Schema.decodeUnknown(ScriptedSettings)(settings).pipe(
           Effect.mapError(() => new ModelFailed({ provider, message: "The scripted model profile's settings.steps are not valid" })),
-          Effect.map((valid): Target => ({ model: Scripted.layer(valid), remote: false, seen }))
+          // the service itself, not a layer: building a layer for every call costs more than the call
+          Effect.map((valid): Target => ({
+            provide: Effect.provideServiceEffect(LanguageModel.LanguageModel, Scripted.make(valid)),
+            remote: false,
+            seen
+          }))
         )
       case "openai":
         return Effect.map(requireKey, (apiKey) =>
@@ -233,7 +238,7 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       ? LanguageModel.generateText({ prompt, disableToolCallResolution: true })
       : LanguageModel.generateText({ prompt, toolkit: toolkitOf(tools), disableToolCallResolution: true }) as any
     // The provider's spans (@effect/ai's, the HTTP client's) without their errors' response bodies.
-    return withFailureDetailsWithheld(Effect.provide(call, target.model))
+    return withFailureDetailsWithheld(target.provide(call))
   }
 
   const toResult = (response: LanguageModel.GenerateTextResponse<any>, target: Target): StepResult => {
