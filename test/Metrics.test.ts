@@ -6,14 +6,15 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Metric, MetricBoundaries } from "effect"
+import { Deferred, Effect, Fiber, Logger, LogLevel, Metric, MetricBoundaries } from "effect"
 import { operationOf } from "../src/Edge/Metrics.js"
 import { render } from "../src/Observability/Prometheus.js"
 import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
-import { readSse, request } from "./support/Client.js"
+import { provisionSandbox, readSse, request } from "./support/Client.js"
+import { pg } from "./support/Database.js"
 import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
 import { isTerminal, scriptedSandbox } from "./support/Sandboxes.js"
-import { eventually } from "./support/Waiting.js"
+import { eventually, realSleep } from "./support/Waiting.js"
 
 const scrape = Effect.map(request("GET", "/metrics", { key: OPERATOR_TOKEN }), (r) => {
   expect(r.status, r.text).toBe(200)
@@ -147,4 +148,53 @@ describe("metrics", () => {
       expect(sample(after, "db_pool_waiting_requests")).toBe(0)
       expect(inUse(after)).toBeLessThan(5)
     }).pipe(Effect.provide(makeTestApp())), 20_000)
+
+  it.live("a client that goes away mid-request counts as 499 and logs no error", () => {
+    const lines: Array<string> = []
+    return Effect.gen(function*() {
+      const sb = yield* provisionSandbox(["users:read"])
+      const app = yield* TestApp
+      const sql = yield* SqlClient.SqlClient
+      const labels = (status: string) => ({ operation: operationOf("GET", `${sb.P}/users`).operation, method: "GET", status })
+      const before = yield* scrape
+      // The list's read waits on a lock held here: the request is inside its handler when its client goes.
+      const locker = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const client = new pg.Client({ connectionString: app.databaseUrl })
+          await client.connect()
+          return client
+        }),
+        (client) => Effect.promise(() => client.end())
+      )
+      yield* Effect.promise(() => locker.query("BEGIN; LOCK TABLE users IN ACCESS EXCLUSIVE MODE"))
+      const controller = new AbortController()
+      const call = fetch(`${app.baseUrl}${sb.P}/users`, {
+        headers: { authorization: `Bearer ${sb.key}` },
+        signal: controller.signal
+      }).then(() => "answered", () => "aborted")
+      // (another session: a transaction sees one snapshot of pg_stat_activity)
+      const waiting = sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                                         WHERE datname = current_database() AND wait_event_type = 'Lock'
+                                           AND query LIKE '%FROM users%'`.pipe(Effect.orDie, Effect.map((rows) => rows[0]!.n))
+      expect(yield* eventually(waiting, (n) => n === 1)).toBe(1)
+      controller.abort()
+      expect(yield* Effect.promise(() => call)).toBe("aborted")
+      yield* realSleep(50)
+      yield* Effect.promise(() => locker.query("COMMIT"))
+
+      const after = yield* eventually(
+        scrape,
+        (text) => sample(text, "http_requests_total", labels("499")) > sample(before, "http_requests_total", labels("499"))
+      )
+      expect(sample(after, "http_requests_total", labels("499")) - sample(before, "http_requests_total", labels("499"))).toBe(1)
+      expect(sample(after, "http_requests_total", labels("500")) - sample(before, "http_requests_total", labels("500"))).toBe(0)
+      expect(lines.filter((l) => l.includes("level=ERROR"))).toEqual([])
+      expect(lines.some((l) => l.includes("client went away"))).toBe(true)
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(makeTestApp()),
+      Effect.provide(Logger.replace(Logger.defaultLogger, Logger.map(Logger.logfmtLogger, (line) => void lines.push(line)))),
+      Logger.withMinimumLogLevel(LogLevel.All)
+    )
+  })
 })

@@ -80,6 +80,11 @@ const isSuccess = (response: HttpServerResponse.HttpServerResponse) => response.
 
 /** Errors that escaped the HttpApi, as envelopes. */
 const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
+  // Interrupted and nothing else: the platform interrupts a handler whose client went away (the
+  // pipeline around it runs on). Nobody reads this answer; it is no server error (metrics: 499).
+  if (Cause.isInterruptedOnly(cause)) {
+    return Effect.as(Effect.logDebug("request interrupted: the client went away"), HttpServerResponse.empty({ status: 499 }))
+  }
   // The HttpApi reads JSON bodies with `Effect.orDie(request.json)`: an unreadable body arrives
   // as a defect (RequestError), not as a failure.
   const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
