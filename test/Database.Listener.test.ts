@@ -96,6 +96,30 @@ const listening = Effect.gen(function*() {
 })
 
 describe("the LISTEN connection", () => {
+  // First in its file (a process of its own): pg warns of this once per process.
+  it.live("its statements go one at a time: many channels at once and a probe every 10 ms never make pg queue one", () =>
+    Effect.gen(function*() {
+      const warnings: Array<string> = []
+      const onWarning = (w: Error) => void warnings.push(w.message)
+      yield* Effect.acquireRelease(
+        Effect.sync(() => process.on("warning", onWarning)),
+        () => Effect.sync(() => process.off("warning", onWarning))
+      )
+      const db = yield* freshDatabase
+      const notifications = yield* Listener.make({ url: Redacted.make(db.url), probeMillis: 10, probeTimeoutMillis: 5_000 })
+      const first = yield* follow(notifications, "c0")
+      yield* eventually(() => first.includes("listening"))
+      // the connection is live: these LISTENs are sent at once, between probes
+      const channels = ["c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"]
+      const got = yield* Effect.forEach(channels, (c) => follow(notifications, c))
+      yield* eventually(() => got.every((g) => g.includes("listening")))
+      for (const c of channels) yield* notify(db.url, c, `to-${c}`)
+      yield* eventually(() => got.every((g) => g.length === 2))
+      expect(got).toEqual(channels.map((c) => ["listening", `to-${c}`]))
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 100)))
+      expect(warnings.filter((w) => w.includes("already executing a query"))).toEqual([])
+    }).pipe(Effect.scoped))
+
   it.live(
     "a terminated backend is replaced: the listener is told Listening again, and later notifications arrive",
     () =>

@@ -52,6 +52,13 @@ const Pg = createRequire(import.meta.url)("pg") as {
   readonly escapeIdentifier: (name: string) => string
 }
 
+interface Session {
+  readonly client: ListenClient
+  readonly channels: Map<string, Promise<unknown>>
+  /** The last statement sent (settled when it is done, whatever its outcome). */
+  last: Promise<unknown>
+}
+
 export interface ListenerOptions {
   readonly url: Redacted.Redacted
   /** How often the connection is probed. */
@@ -66,14 +73,24 @@ const BACKOFF_MAX = 5_000
 export const make = (options: ListenerOptions) =>
   Effect.gen(function*() {
     const handlers = new Listeners<string, (notice: Notice) => void>()
-    /** The live connection and the channels it listens on (a LISTEN per channel, once). */
-    let current: { readonly client: ListenClient; readonly channels: Map<string, Promise<unknown>> } | undefined
+    /**
+     * The live connection and the channels it listens on (a LISTEN per channel, once). Its
+     * statements go one after another (`last`): `pg` queues a statement sent while another runs,
+     * which it deprecates, and pg 9 refuses.
+     */
+    let current: Session | undefined
     let connections = 0
 
-    const listenOn = (session: NonNullable<typeof current>, channel: string) => {
+    const query = (session: Session, text: string) => {
+      const done = session.last.then(() => session.client.query(text))
+      session.last = done.catch(() => undefined)
+      return done
+    }
+
+    const listenOn = (session: Session, channel: string) => {
       let done = session.channels.get(channel)
       if (done === undefined) {
-        done = session.client.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
+        done = query(session, `LISTEN ${Pg.escapeIdentifier(channel)}`)
         session.channels.set(channel, done)
       }
       return done
@@ -112,13 +129,13 @@ export const make = (options: ListenerOptions) =>
       const connected = async () => {
         await client.connect()
         if (over) return
-        const session = { client, channels: new Map<string, Promise<unknown>>() }
+        const session: Session = { client, channels: new Map(), last: Promise.resolve() }
         current = session
         connections++
         // probed from now on: a LISTEN that never answers is a lost connection too
         probe = setInterval(() => {
           const timer = setTimeout(() => lose(new Error("LISTEN connection probe timed out")), options.probeTimeoutMillis)
-          client.query("SELECT 1").then(() => clearTimeout(timer), (error) => lose(error))
+          query(session, "SELECT 1").then(() => clearTimeout(timer), (error) => lose(error))
         }, options.probeMillis)
         probe.unref()
         for (const channel of [...handlers.keys()]) await listenOn(session, channel)
