@@ -159,16 +159,14 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
     const { model, provider, settings } = input.profile
     const seen: Target["seen"] = {}
     const key = Option.filter(input.credential, (k) => Redacted.value(k).trim().length > 0)
-    // suspended: only the providers that need a key build its error (a schema class, validated)
-    const requireKey = Effect.suspend(() =>
-      Option.match(key, {
-        onNone: () =>
-          Effect.fail(
-            new ModelAuthFailed({ provider, message: `The model profile has no credential; the ${provider} provider needs one` })
-          ),
-        onSome: Effect.succeed
-      })
-    )
+    // the error (a schema class, validated) is built only when a provider that needs the key runs this
+    const requireKey = Option.match(key, {
+      onNone: () =>
+        Effect.failSync(() =>
+          new ModelAuthFailed({ provider, message: `The model profile has no credential; the ${provider} provider needs one` })
+        ),
+      onSome: Effect.succeed
+    })
     /** A provider over HTTP: the operator's provider URLs on `http`, customer URLs on the guarded client. */
     const remote = (layer: Layer.Layer<LanguageModel.LanguageModel, never, HttpClient.HttpClient>, guarded = false): Target => ({
       provide: Effect.provide(Layer.provide(layer, guarded ? guardedHttpLayer : httpLayer)),
