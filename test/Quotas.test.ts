@@ -279,7 +279,7 @@ layer(makeTestApp({ rateLimit: UNLIMITED, dbPoolSize: 24 }), { excludeTestServic
           cli(["set-quota", "--tenant", s.tenantId, "runs_per_week", "7"])
         ], { concurrency: "unbounded" })
         expect(help.code, help.stderr).toBe(0)
-        expect(help.stdout).toContain("runs_per_day, concurrent_runs, tokens_per_day, storage_bytes")
+        expect(help.stdout).toContain("runs_per_day, concurrent_runs, tokens_per_day, storage_bytes, webhook_endpoints, schedules")
         expect(help.stdout).toContain("--tenant")
         expect(set.code, set.stderr).toBe(0)
         expect(set.stdout).toMatch(/^name: runs_per_day$/m)
@@ -287,7 +287,7 @@ layer(makeTestApp({ rateLimit: UNLIMITED, dbPoolSize: 24 }), { excludeTestServic
         expect(set.stdout).not.toContain("{")
         expect(listed.code, listed.stderr).toBe(0)
         expect(JSON.parse(listed.stdout).items.map((q: any) => q.name)).toEqual(
-          ["runs_per_day", "concurrent_runs", "tokens_per_day", "storage_bytes"]
+          ["runs_per_day", "concurrent_runs", "tokens_per_day", "storage_bytes", "webhook_endpoints", "schedules"]
         )
         expect(bad.code).not.toBe(0)
         expect((yield* quotasOf(s.P, s.key)).runs_per_day.limit).toBe(7)

@@ -13,8 +13,22 @@ export type QuotaDefaults = { readonly [E in EnvironmentName]: QuotaLimits }
 const GiB = 1024 * 1024 * 1024
 
 export const defaultQuotaDefaults: QuotaDefaults = {
-  sandbox: { runs_per_day: 10_000, concurrent_runs: 200, tokens_per_day: 10_000_000, storage_bytes: GiB },
-  production: { runs_per_day: 1_000_000, concurrent_runs: 2_000, tokens_per_day: 1_000_000_000, storage_bytes: 100 * GiB }
+  sandbox: {
+    runs_per_day: 10_000,
+    concurrent_runs: 200,
+    tokens_per_day: 10_000_000,
+    storage_bytes: GiB,
+    webhook_endpoints: 16,
+    schedules: 100
+  },
+  production: {
+    runs_per_day: 1_000_000,
+    concurrent_runs: 2_000,
+    tokens_per_day: 1_000_000_000,
+    storage_bytes: 100 * GiB,
+    webhook_endpoints: 16,
+    schedules: 100
+  }
 }
 
 const limit = (environment: EnvironmentName, name: QuotaName) => {
@@ -33,7 +47,9 @@ const limitsOf = (environment: EnvironmentName) =>
     runs_per_day: limit(environment, "runs_per_day"),
     concurrent_runs: limit(environment, "concurrent_runs"),
     tokens_per_day: limit(environment, "tokens_per_day"),
-    storage_bytes: limit(environment, "storage_bytes")
+    storage_bytes: limit(environment, "storage_bytes"),
+    webhook_endpoints: limit(environment, "webhook_endpoints"),
+    schedules: limit(environment, "schedules")
   })
 
 export const quotaDefaultsConfig: Config.Config<QuotaDefaults> = Config.all({

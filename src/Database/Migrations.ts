@@ -27,6 +27,7 @@ import productionRequests from "./migrations/0018_production_requests.js"
 import quotas from "./migrations/0019_quotas.js"
 import cellPlacements from "./migrations/0020_cell_placements.js"
 import idempotencyGate from "./migrations/0021_idempotency_gate.js"
+import tenantBounds from "./migrations/0022_tenant_bounds.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -52,7 +53,8 @@ export const loader = Migrator.fromRecord({
   "0018_production_requests": productionRequests,
   "0019_quotas": quotas,
   "0020_cell_placements": cellPlacements,
-  "0021_idempotency_gate": idempotencyGate
+  "0021_idempotency_gate": idempotencyGate,
+  "0022_tenant_bounds": tenantBounds
 })
 
 const migrate = Migrator.make({})

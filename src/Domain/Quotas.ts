@@ -1,7 +1,8 @@
 /**
  * Quotas (D16): what an environment may use. `runs_per_day` and `tokens_per_day` count within the
  * UTC day and reset at the next midnight UTC; `concurrent_runs` counts the runs admitted and not
- * finished; `storage_bytes` the bytes of the environment's files. Limits are set by operators, with
+ * finished; `storage_bytes` the bytes of the environment's files and memory values; `webhook_endpoints` and
+ * `schedules` (D20) how many the environment has. Limits are set by operators, with
  * defaults per environment kind in the operator config (sandbox small, production large).
  */
 import { Schema } from "effect"
@@ -9,11 +10,22 @@ import { Schema } from "effect"
 import { strictBody } from "../Kernel/Body.js"
 import { Timestamp } from "../Kernel/Ids.js"
 
-export const QUOTA_NAMES = ["runs_per_day", "concurrent_runs", "tokens_per_day", "storage_bytes"] as const
+export const QUOTA_NAMES = [
+  "runs_per_day",
+  "concurrent_runs",
+  "tokens_per_day",
+  "storage_bytes",
+  "webhook_endpoints",
+  "schedules"
+] as const
 export const QuotaName = Schema.Literal(...QUOTA_NAMES).annotations({
   identifier: "QuotaName",
-  description: "`runs_per_day`, `concurrent_runs`, `tokens_per_day` or `storage_bytes`"
+  description: "`runs_per_day`, `concurrent_runs`, `tokens_per_day`, `storage_bytes`, `webhook_endpoints` or `schedules`"
 })
+
+/** The quotas that count things an environment keeps (D20): a level, counted by their create and delete statements. */
+export const LEVEL_QUOTAS = ["webhook_endpoints", "schedules"] as const
+export type LevelQuota = typeof LEVEL_QUOTAS[number]
 export type QuotaName = typeof QuotaName.Type
 
 /** The quotas a run's admission is counted against. */
@@ -25,7 +37,9 @@ export const QuotaLimits = Schema.Struct({
   runs_per_day: Schema.Number,
   concurrent_runs: Schema.Number,
   tokens_per_day: Schema.Number,
-  storage_bytes: Schema.Number
+  storage_bytes: Schema.Number,
+  webhook_endpoints: Schema.Number,
+  schedules: Schema.Number
 })
 
 /** What the counters of an environment hold now (migration 0019 `quota_usage`), its day's already rolled over. */
@@ -47,7 +61,8 @@ export const Quota = Schema.Struct({
   limit: Schema.Number.annotations({ description: "Set by the operator (defaults per environment: sandbox small, production large)" }),
   used: Schema.Number.annotations({
     description: "`runs_per_day`: runs admitted today (UTC); `concurrent_runs`: runs admitted and not finished; " +
-      "`tokens_per_day`: input and output tokens of today's model calls; `storage_bytes`: bytes of the environment's files"
+      "`tokens_per_day`: input and output tokens of today's model calls; `storage_bytes`: bytes of the environment's files " +
+      "and workspace memory values; `webhook_endpoints`: endpoints registered; `schedules`: schedules that exist"
   }),
   window: QuotaWindow,
   resets_at: Schema.NullOr(Timestamp).annotations({ description: "The next midnight UTC for a daily quota; null otherwise" })
@@ -78,7 +93,8 @@ export const toQuota = (name: QuotaName, limit: number, used: number, at: Date):
 /**
  * Seconds a client should wait before retrying past an exhausted quota (`Retry-After`): until the
  * reset for a daily one; for `concurrent_runs` a second (a run may finish any moment); for
- * `storage_bytes` a minute (room comes only from deleted files or a raised limit).
+ * `storage_bytes`, `webhook_endpoints` and `schedules` a minute (room comes only from deleted
+ * files, endpoints or schedules, or a raised limit).
  */
 export const retryAfterSeconds = (name: QuotaName, at: Date): number =>
   isDaily(name)

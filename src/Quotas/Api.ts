@@ -18,9 +18,10 @@ export const QUOTAS_DESCRIPTION =
   "by the run admission itself; `tokens_per_day` (input and output tokens of the day's model calls) by the step " +
   "that made the call: once reached, no run is admitted until midnight UTC (a running run finishes its step); " +
   "`storage_bytes` (the bytes of the environment's files, run outputs included) by the upload, which is refused " +
-  "when the file does not fit. Past a quota the request is 429 `quota_exceeded` with `Retry-After`: the seconds " +
-  "until `resets_at` for a daily quota, 1 for `concurrent_runs`, 60 for `storage_bytes` (room comes only from " +
-  "deleted files or a raised limit). Limits are set by the operator; an environment starts with its kind's " +
+  "when the file does not fit; `webhook_endpoints` and `schedules` (D20: how many the environment has, 16 and 100 " +
+  "by default) by their creation. Past a quota the request is 429 `quota_exceeded` with `Retry-After`: the seconds " +
+  "until `resets_at` for a daily quota, 1 for `concurrent_runs`, 60 for the others (room comes only from " +
+  "deleted files, endpoints or schedules, or a raised limit). Limits are set by the operator; an environment starts with its kind's " +
   "defaults (sandbox small, production large)."
 
 export class QuotasApi extends HttpApiGroup.make("quotas")
@@ -31,8 +32,8 @@ export class QuotasApi extends HttpApiGroup.make("quotas")
       .addSuccess(List(Quota))
       .annotate(
         OpenApi.Description,
-        "The environment's four quotas, always in the order `runs_per_day`, `concurrent_runs`, `tokens_per_day`, " +
-          "`storage_bytes`, each with its limit, what is used now, its window and when it resets (one page: " +
+        "The environment's six quotas, always in the order `runs_per_day`, `concurrent_runs`, `tokens_per_day`, " +
+          "`storage_bytes`, `webhook_endpoints`, `schedules`, each with its limit, what is used now, its window and when it resets (one page: " +
           "`next_cursor` is null)."
       )
       .annotate(RequiredScopes, ["usage:read"])

@@ -18,7 +18,12 @@ const why = (name: QuotaName, limit: number, at: Date): string => {
     case "concurrent_runs":
       return `This environment has ${limit} runs that have not finished, its concurrent_runs quota; retry once one has finished`
     case "storage_bytes":
-      return `The file does not fit this environment's storage_bytes quota (${limit} bytes); delete files, or ask the operator to raise it`
+      return `This does not fit this environment's storage_bytes quota (${limit} bytes, files and memory values); delete files ` +
+        `or memory keys, or ask the operator to raise it`
+    case "webhook_endpoints":
+      return `This environment has ${limit} webhook endpoints, its webhook_endpoints quota; delete one, or ask the operator to raise it`
+    case "schedules":
+      return `This environment has ${limit} schedules, its schedules quota; delete one, or ask the operator to raise it`
   }
 }
 

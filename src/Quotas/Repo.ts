@@ -5,10 +5,10 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { Statement } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Effect, Record, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
-import { type QuotaLimits, QuotaName, type QuotaUsed, utcDay } from "../Domain/Quotas.js"
+import { type LevelQuota, type QuotaLimits, QuotaName, type QuotaUsed, utcDay } from "../Domain/Quotas.js"
 import type { CellRef } from "../Kernel/Principal.js"
 
 type Sql = SqlClient.SqlClient
@@ -73,22 +73,51 @@ export const releaseStorage = (sql: Sql, cell: CellRef, source: Fragment): Fragm
   sql`UPDATE quota_usage SET storage_bytes = GREATEST(storage_bytes - (SELECT COALESCE(sum(bytes), 0) FROM ${source}), 0)
       WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND EXISTS (SELECT 1 FROM ${source})`
 
+/**
+ * `INSERT ... RETURNING 1` counting one more of a level quota (D20: a webhook endpoint, a schedule)
+ * for each row of `source` (a CTE of the statement that creates it), only while it stays within
+ * `limit`: no row is returned otherwise (the caller then refuses and rolls back). The counters
+ * row's lock orders concurrent creations of the cell, so the count is exact.
+ */
+export const countLevel = (sql: Sql, cell: CellRef, name: LevelQuota, limit: number, source: Fragment): Fragment =>
+  sql`INSERT INTO quota_usage AS u (tenant_id, environment, ${sql(name)})
+      SELECT ${cell.tenantId}, ${cell.environment}, count(*) FROM ${source} HAVING count(*) <= ${int8(limit)}::bigint
+      ON CONFLICT (tenant_id, environment) DO UPDATE SET ${sql(name)} = u.${sql(name)} + EXCLUDED.${sql(name)}
+      WHERE u.${sql(name)} + EXCLUDED.${sql(name)} <= ${int8(limit)}::bigint
+      RETURNING 1`
+
+/** Counts one fewer of a level quota for each row of `source` (a CTE of the DELETE). */
+export const releaseLevel = (sql: Sql, cell: CellRef, name: LevelQuota, source: Fragment): Fragment =>
+  sql`UPDATE quota_usage SET ${sql(name)} = GREATEST(${sql(name)} - (SELECT count(*) FROM ${source}), 0)
+      WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment} AND EXISTS (SELECT 1 FROM ${source})`
+
 const UsedRow = Schema.Struct({
   runs_per_day: Rows.Int8,
   concurrent_runs: Rows.Int8,
   tokens_per_day: Rows.Int8,
-  storage_bytes: Rows.Int8
+  storage_bytes: Rows.Int8,
+  webhook_endpoints: Rows.Int8,
+  schedules: Rows.Int8
 })
+
+const EMPTY: QuotaUsed = {
+  runs_per_day: 0,
+  concurrent_runs: 0,
+  tokens_per_day: 0,
+  storage_bytes: 0,
+  webhook_endpoints: 0,
+  schedules: 0
+}
 
 /** What the cell's counters hold at `at` (a counter of an earlier day reads 0). */
 export const usedNow = (sql: Sql, cell: CellRef, at: Date) =>
   sql`SELECT CASE WHEN day >= ${utcDay(at)}::date THEN runs_today ELSE 0 END AS runs_per_day,
              active_runs AS concurrent_runs,
              CASE WHEN day >= ${utcDay(at)}::date THEN tokens_today ELSE 0 END AS tokens_per_day,
-             storage_bytes
+             storage_bytes, webhook_endpoints, schedules
       FROM quota_usage WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`.pipe(
     Rows.maybe(UsedRow),
-    Effect.map((row): QuotaUsed => row ?? { runs_per_day: 0, concurrent_runs: 0, tokens_per_day: 0, storage_bytes: 0 })
+    Effect.map((row): QuotaUsed => row ?? EMPTY)
   )
 
 const LimitRow = Schema.Struct({ name: QuotaName, limit: Rows.Int8 })
@@ -104,12 +133,10 @@ export class QuotasRepo extends Effect.Service<QuotasRepo>()("QuotasRepo", {
 
     /** The cell's limits: the operator's where set, else `defaults` (its environment kind's). */
     const limits = (cell: CellRef, defaults: QuotaLimits) =>
-      Effect.map(limitsSet(cell), (set): QuotaLimits => ({
-        runs_per_day: set.get("runs_per_day") ?? defaults.runs_per_day,
-        concurrent_runs: set.get("concurrent_runs") ?? defaults.concurrent_runs,
-        tokens_per_day: set.get("tokens_per_day") ?? defaults.tokens_per_day,
-        storage_bytes: set.get("storage_bytes") ?? defaults.storage_bytes
-      }))
+      Effect.map(
+        limitsSet(cell),
+        (set): QuotaLimits => Record.map(defaults, (limit, name) => set.get(name) ?? limit)
+      )
 
     const setLimit = (cell: CellRef, name: QuotaName, limit: number, at: Date) =>
       sql`INSERT INTO quota_limits (tenant_id, environment, name, "limit", updated_at)

@@ -59,7 +59,9 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       runs_per_day: mine.filter((r) => utcDay(r.created_at) === day).length,
       concurrent_runs: mine.filter((r) => !RunState.isTerminal(r.status)).length,
       tokens_per_day: tokensByDay.get(`${a.tenant_id}/${a.environment}/${day}`) ?? 0,
-      storage_bytes: 0
+      storage_bytes: 0,
+      webhook_endpoints: 0,
+      schedules: 0
     }
   }
 
