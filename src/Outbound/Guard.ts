@@ -75,21 +75,28 @@ const inAllowedCidr = (ip: ipaddr.IPv4 | ipaddr.IPv6, allowlist: Allowlist) =>
     return candidate !== undefined && candidate.kind() === range.kind() && candidate.match(range as any, bits)
   })
 
-/** Why the service may not connect to `address`, or undefined when it may. */
-export const checkAddress = (address: string, allowlist: Allowlist = EMPTY_ALLOWLIST): string | undefined => {
+/**
+ * The class of address the service may not connect to (`a loopback address`, `a cloud metadata
+ * address`, ...), or undefined when it may. It never names the address: a reason that reaches a
+ * customer about a name they registered must not reveal what internal DNS answers (D20).
+ */
+export const refusedClass = (address: string, allowlist: Allowlist = EMPTY_ALLOWLIST): string | undefined => {
   const bare = normalizeHost(address).replace(/%.*$/, "")
-  if (!ipaddr.isValid(bare)) return `"${address}" is not an IP address`
+  if (!ipaddr.isValid(bare)) return "not an IP address"
   let ip = ipaddr.parse(bare)
   if (inAllowedCidr(ip, allowlist)) return undefined
   if (ip.kind() === "ipv6" && (ip as ipaddr.IPv6).isIPv4MappedAddress()) ip = (ip as ipaddr.IPv6).toIPv4Address()
-  const text = ip.toString()
-  if (METADATA_ADDRESSES.has(text)) return `${text} is a cloud metadata address`
+  if (METADATA_ADDRESSES.has(ip.toString())) return "a cloud metadata address"
   const range = ip.range()
-  if (range !== "unicast") return `${text} is not a public address (${range})`
-  if (ip.kind() === "ipv6" && !(ip as ipaddr.IPv6).match(GLOBAL_UNICAST_V6)) {
-    return `${text} is not a public address (outside 2000::/3)`
-  }
+  if (range !== "unicast") return `a non-public address (${range})`
+  if (ip.kind() === "ipv6" && !(ip as ipaddr.IPv6).match(GLOBAL_UNICAST_V6)) return "a non-public address (outside 2000::/3)"
   return undefined
+}
+
+/** Why the service may not connect to `address` as written by the customer (a literal), or undefined when it may. */
+export const checkAddress = (address: string, allowlist: Allowlist = EMPTY_ALLOWLIST): string | undefined => {
+  const refused = refusedClass(address, allowlist)
+  return refused === undefined ? undefined : `${address} is ${refused}`
 }
 
 export type UrlCheck = { readonly ok: true; readonly url: URL } | { readonly ok: false; readonly reason: string }
@@ -168,8 +175,8 @@ export const resolveAndCheck = async (
   }
   if (addresses.length === 0) return `${host} does not resolve`
   for (const { address } of addresses) {
-    const reason = checkAddress(address, allowlist)
-    if (reason !== undefined) return `${host} resolves to ${reason}`
+    const refused = refusedClass(address, allowlist)
+    if (refused !== undefined) return `${host} resolves to ${refused}`
   }
   return undefined
 }
@@ -202,8 +209,8 @@ export const guardedDispatcher = (
       (addresses) => {
         if (!allowlist.hosts.has(host)) {
           for (const a of addresses) {
-            const reason = checkAddress(a.address, allowlist)
-            if (reason !== undefined) return callback(new DestinationRefused(`${host} resolves to ${reason}`), [])
+            const refused = refusedClass(a.address, allowlist)
+            if (refused !== undefined) return callback(new DestinationRefused(`${host} resolves to ${refused}`), [])
           }
         }
         if (opts?.all) return callback(null, addresses.map((a) => ({ address: a.address, family: a.family })))
@@ -229,14 +236,14 @@ export const guardedDispatcher = (
       connect(opts, (err, socket) => {
         if (err || !socket) return callback(err ?? new Error("no socket"), null)
         const remote = (socket as Socket).remoteAddress
-        const reason = remote === undefined
-          ? "the connection has no remote address"
+        const refused = remote === undefined
+          ? "no remote address"
           : allowlist.hosts.has(host)
           ? undefined
-          : checkAddress(remote, allowlist)
-        if (reason !== undefined) {
+          : refusedClass(remote, allowlist)
+        if (refused !== undefined) {
           socket.destroy()
-          return callback(new DestinationRefused(`connected to ${reason}`), null)
+          return callback(new DestinationRefused(`${host} connected to ${refused}`), null)
         }
         callback(null, socket)
       })
