@@ -12,7 +12,7 @@ import { createHash, randomBytes } from "node:crypto"
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, FiberRef } from "effect"
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from "jose"
-import { fetch as undiciFetch } from "undici"
+import { type Dispatcher, fetch as undiciFetch } from "undici"
 
 import { ActorSessionsRepo } from "./ActorSessions/Repo.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -32,6 +32,41 @@ export const ACTOR_TOKEN_SECONDS = 300
 export const ASSERTION_MAX_AGE_SECONDS = 300
 /** Clock skew allowed between the identity provider and us, on `iat` (either way), `exp` and `nbf`. */
 export const ASSERTION_CLOCK_TOLERANCE_SECONDS = 30
+/** D20: a remote JSON Web Key Set is read up to this many bytes; a larger one is refused unread. */
+export const JWKS_MAX_BYTES = 64 * 1024
+
+/**
+ * jose's fetch of a remote key set, through the destination guard, reading at most JWKS_MAX_BYTES
+ * of the body (a declared larger length is refused before reading): a provider's URL cannot make
+ * the service buffer an unbounded body.
+ */
+const boundedJwksFetch = (dispatcher: Dispatcher) => async (url: string, options: RequestInit): Promise<Response> => {
+  const response = await undiciFetch(url, { ...(options as any), dispatcher })
+  const tooLarge = () =>
+    Object.assign(new Error(`the JSON Web Key Set is larger than ${JWKS_MAX_BYTES} bytes`), { code: "ERR_JWKS_TOO_LARGE" })
+  if (Number(response.headers.get("content-length") ?? 0) > JWKS_MAX_BYTES) {
+    await response.body?.cancel()
+    throw tooLarge()
+  }
+  const chunks: Array<Uint8Array> = []
+  let bytes = 0
+  if (response.body !== null) {
+    const reader = response.body.getReader()
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      bytes += read.value.byteLength
+      if (bytes > JWKS_MAX_BYTES) {
+        await reader.cancel()
+        throw tooLarge()
+      }
+      chunks.push(read.value)
+    }
+  }
+  return new Response(Buffer.concat(chunks), { status: response.status, headers: response.headers as any })
+}
+
+/** Remote key sets kept (by URL) with their cache, across tenants. */
+const REMOTE_SETS_KEPT = 1_000
+
 /** Used assertions past their expiry deleted at most per session made. */
 const SWEEP_LIMIT = 100
 
@@ -51,14 +86,15 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
     const destinations = yield* Destinations
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const remoteSets = new Map<string, JWTVerifyGetKey>()
+    const jwksFetch = boundedJwksFetch(destinations.dispatcher)
 
     const keySetOf = (idp: IdentityProvider): JWTVerifyGetKey => {
       if (idp.jwks !== undefined) return createLocalJWKSet(idp.jwks as JSONWebKeySet)
       let set = remoteSets.get(idp.jwks_url!)
       if (set === undefined) {
-        set = createRemoteJWKSet(new URL(idp.jwks_url!), {
-          [customFetch]: (url: string, options: any) => undiciFetch(url, { ...options, dispatcher: destinations.dispatcher }) as any
-        })
+        set = createRemoteJWKSet(new URL(idp.jwks_url!), { [customFetch]: jwksFetch as any })
+        // at most REMOTE_SETS_KEPT key sets (each with its cache) across tenants: the oldest goes first
+        if (remoteSets.size >= REMOTE_SETS_KEPT) remoteSets.delete(remoteSets.keys().next().value!)
         remoteSets.set(idp.jwks_url!, set)
       }
       return set

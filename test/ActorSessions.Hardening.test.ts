@@ -7,6 +7,8 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Layer, type Scope } from "effect"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import type { AppConfigShape } from "../src/Config/AppConfig.js"
 import { Deletions } from "../src/Platform/Deletions.js"
 import { makeTestApp } from "./support/App.js"
@@ -41,7 +43,54 @@ const sandboxTest = <E>(
 
 const HELLO = [{ type: "text", text: "Hello." }]
 
+/** An identity provider's key set served on 127.0.0.1 (allowlisted by the tool settings): its URL. */
+const servedKeySet = (body: () => string) =>
+  Effect.gen(function*() {
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" })
+      res.end(body())
+    })
+    yield* Effect.acquireRelease(
+      Effect.async<void>((resume) => void server.listen(0, "127.0.0.1", () => resume(Effect.void))),
+      () => Effect.async<void>((resume) => void server.close(() => resume(Effect.void)))
+    )
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`
+  })
+
 describe("actor sessions (D19)", () => {
+  sandboxTest(
+    "a remote key set is read up to 64 KiB (D20): a larger one is refused, the same keys within it work",
+    HELLO,
+    (s) =>
+      Effect.gen(function*() {
+        // the provider's key, then filler keys (another key type) up to the size wanted
+        let size = 60 * 1024
+        const keySet = () => {
+          const filler = { kty: "oct", kid: "filler", k: "x".repeat(1000) }
+          const keys: Array<unknown> = [s.publicJwk]
+          while (JSON.stringify({ keys }).length < size) keys.push(filler)
+          return JSON.stringify({ keys })
+        }
+        const url = yield* servedKeySet(keySet)
+        expectSingle(
+          yield* s.call("PATCH", "/settings", {
+            identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks_url: url }
+          })
+        )
+        expectSingle(yield* s.postSession(yield* s.assertion()), 201)
+        // the same URL now serves more than 64 KiB (a new environment setting makes the service fetch it again)
+        size = 70 * 1024
+        expectSingle(
+          yield* s.call("PATCH", "/settings", {
+            identity_provider: { issuer: "https://idp.acme.test", audience: "agent-platform", jwks_url: `${url}?v=2` }
+          })
+        )
+        const refused = yield* s.postSession(yield* s.assertion())
+        expectErrorCode(refused, 403, "invalid_assertion")
+        expect(refused.body.error.message).toContain("larger than 65536 bytes")
+      })
+  )
+
   sandboxTest("an actor token works only with the key that created its session", REFUND, (s) =>
     Effect.gen(function*() {
       const token = yield* s.actorToken // made through the manager key

@@ -152,6 +152,8 @@ export const toolSandbox = <S extends { readonly baseUrl: string }, R>(options: 
       ws,
       rev,
       user,
+      /** the identity provider's public key, as the environment's inline `jwks` holds it */
+      publicJwk,
       assertion,
       postSession,
       actorSession,
