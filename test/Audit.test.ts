@@ -240,7 +240,7 @@ describe("audit entries of mutations", () => {
 })
 
 describe("audit entries of failed authentications and operator actions", () => {
-  it.live("a revoked key, or a known key prefix with a wrong secret: one entry; an unknown key: none", () =>
+  it.live("a revoked key: one entry a minute; a known key prefix with a wrong secret, an unknown key: none", () =>
     Effect.gen(function*() {
       const sb = yield* sandboxWithKey(AUDITOR)
       const narrow = yield* createKey(sb.tenantId, ["users:read"], "narrow")
@@ -266,15 +266,21 @@ describe("audit entries of failed authentications and operator actions", () => {
         ip: "127.0.0.1"
       })
 
-      // an unknown secret with a key's display prefix: that key's environment
+      // within the minute, the key's further failures are not audited again (D20)
+      for (let i = 0; i < 5; i++) {
+        expectErrorCode(yield* request("GET", `${sb.P}/users`, { key: narrow.secret }), 401, "key_revoked")
+      }
+      // an unknown secret with a key's display prefix is no key's: never attributed to an environment (D20)
       const forged = `${narrow.secret.slice(0, 16)}${"A".repeat(narrow.secret.length - 16)}`
       expect(forged).not.toBe(narrow.secret)
+      const unattributed = yield* createKey(sb.tenantId, ["users:read"], "never-refused")
+      const forgedOther = `${unattributed.secret.slice(0, 16)}${"A".repeat(unattributed.secret.length - 16)}`
       expectErrorCode(yield* request("POST", `${sb.P}/users`, { key: forged, body: {} }), 401, "invalid_api_key")
-      const forgedRows = (yield* auditRows()).filter((r) => !before.some((b) => b.id === r.id) && r.request_id !== "revoked-try")
-      expect(forgedRows).toMatchObject([{ actor_id: narrow.id, action: "createUser", status: 401 }])
+      expectErrorCode(yield* request("POST", `${sb.P}/users`, { key: forgedOther, body: {} }), 401, "invalid_api_key")
+      const count = (yield* auditRows()).length
+      expect((yield* auditRows()).filter((r) => !before.some((b) => b.id === r.id) && r.status === 401)).toHaveLength(1)
 
       // no identifiable environment: nothing is written (only logged)
-      const count = (yield* auditRows()).length
       expectErrorCode(yield* request("GET", `${sb.P}/users`, { key: `sk_test_${"B".repeat(43)}` }), 401, "invalid_api_key")
       expectErrorCode(yield* request("GET", `${sb.P}/users`, { key: "garbage" }), 401, "invalid_api_key")
       expectErrorCode(yield* request("GET", `${sb.P}/users`), 401, "missing_api_key")
@@ -283,6 +289,30 @@ describe("audit entries of failed authentications and operator actions", () => {
       const listed = yield* auditPage(sb.P, sb.manager, `?actor_id=${narrow.id}&action=listUser`)
       expect(listed.items.map((e: any) => [e.request_id, e.status])).toEqual([["revoked-try", 401]])
     }).pipe(Effect.provide(makeTestApp())))
+
+  it.effect("a refused key's failures are audited at most once a minute (D20)", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.now())
+      yield* Effect.gen(function*() {
+        const sb = yield* sandboxWithKey(AUDITOR)
+        const narrow = yield* createKey(sb.tenantId, ["users:read"], "narrow")
+        expectSingle(yield* request("POST", `${sb.P}/api-keys/${narrow.id}/revoke`, { key: sb.manager }))
+        const refusals = Effect.map(auditRows(sb.tenantId), (rows) => rows.filter((r) => r.status === 401).length)
+        const refuse = Effect.flatMap(
+          request("GET", `${sb.P}/users`, { key: narrow.secret }),
+          (r) => Effect.sync(() => expectErrorCode(r, 401, "key_revoked"))
+        )
+        yield* Effect.all([refuse, refuse, refuse], { concurrency: "unbounded" })
+        expect(yield* refusals).toBe(1)
+        yield* TestClock.adjust("59 seconds")
+        yield* refuse
+        expect(yield* refusals).toBe(1)
+        yield* TestClock.adjust("2 seconds")
+        yield* refuse
+        yield* refuse
+        expect(yield* refusals).toBe(2)
+      }).pipe(Effect.provide(makeTestApp()))
+    }), 60_000)
 
   it.live("operator actions: an entry of actor operator in the environment they are about", () =>
     Effect.gen(function*() {

@@ -5,9 +5,10 @@
  *     beside the stored response, so both are durable or neither is; refused or rolled back (400,
  *     403, a 409 of the gate, 500...), it is written on its own after the rollback. A replay writes
  *     none: the mutation happened once. A mutation the cell's rate limit refused (429) writes none.
- *   - a failed authentication (401) whose secret names a key of an environment (revoked, of an
- *     environment being deleted, or unknown with a key's display prefix): one entry there, on its
- *     own; any other failure has no environment to write to and is only logged.
+ *   - a failed authentication (401) whose secret is a key of an environment (revoked, expired, of
+ *     an environment being deleted): one entry there, on its own, at most one a minute per key
+ *     (D20, `Auth.refusedKey`); any other failure (a secret that is no key's, whatever its prefix)
+ *     has no environment to write to and is only logged.
  *   - an operator request about an environment (`/operator/v1`, its path's or the one its handler
  *     names): one entry with actor `operator`, in the action's transaction when it changes something.
  * An entry holds the operation (`action`), who, the resource, the request id, the status and the
@@ -128,8 +129,8 @@ export const writeAnswerAlone = (trail: Trail, state: RequestState, who: Who, re
   writeAlone(trail, state, who, response.status, parsedBody(response))
 
 /**
- * A failed authentication (401): one entry in the environment of the key its secret names, if
- * any; otherwise a log line (there is no environment to write to).
+ * A failed authentication (401): one entry in the environment of the key its secret is, if any and
+ * not audited in the last minute; otherwise a log line (no environment to write to) or nothing.
  */
 export const authenticationFailed = (trail: Trail, state: RequestState, authorization: string | undefined, code: string) =>
   Effect.gen(function*() {

@@ -13,6 +13,11 @@ import { PlatformRepo } from "./Repo.js"
 /** The secret of `Authorization: Bearer <secret>`. */
 const secretOf = (authorization: string | undefined) => authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1]
 
+/** D20: the failed authentications of one key are audited at most once in this many seconds. */
+export const FAILURE_AUDIT_SECONDS = 60
+/** Keys remembered by a process as audited lately (the least recently audited go first). */
+const MAX_AUDITED = 10_000
+
 const invalidKey = new AuthenticationFailed({ code: "invalid_api_key", message: "Invalid API key provided" })
 
 export class Auth extends Effect.Service<Auth>()("Auth", {
@@ -60,18 +65,33 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         } satisfies Principal
       }).pipe(Effect.withSpan("Auth.authenticate"))
 
+    // Keys whose failed authentication this process audited lately (key id -> when), oldest first:
+    // a flood of one refused key costs no write until the minute is over (D20).
+    const audited = new Map<string, number>()
+
     /**
-     * After a refusal (401): the key the presented secret names, when it names one of an environment
-     * not yet purged — a revoked or expired key, a key of an environment being deleted, or an
-     * unknown secret with a key's display prefix — so the failure is audited there (D16, D19).
-     * Otherwise none.
+     * After a refusal (401): the key the presented secret is (revoked, expired, or of an
+     * environment being deleted, not yet purged), when its failure is to be audited now: at most
+     * once every FAILURE_AUDIT_SECONDS per key (D20). A secret that is no key's (a known display
+     * prefix with another secret included) names none. Otherwise none.
      */
     const refusedKey = (authorization: string | undefined) =>
       Effect.gen(function*() {
         const secret = secretOf(authorization)
         if (secret === undefined || !KeySecrets.looksLikeKey(secret)) return undefined
-        const row = yield* repo.keyOfRefusedSecret(KeySecrets.hash(secret), KeySecrets.prefixOf(secret))
-        return row === undefined ? undefined : { keyId: row.id, tenantId: row.tenant_id, environment: row.environment }
+        const row = yield* repo.keyOfRefusedSecret(KeySecrets.hash(secret))
+        if (row === undefined) return undefined
+        const now = yield* Clock.currentTimeMillis
+        const last = audited.get(row.id)
+        if (last !== undefined && now - last < FAILURE_AUDIT_SECONDS * 1000) return undefined
+        for (const [id, at] of audited) {
+          if (audited.size < MAX_AUDITED && now - at < FAILURE_AUDIT_SECONDS * 1000) break
+          audited.delete(id)
+        }
+        audited.delete(row.id)
+        audited.set(row.id, now)
+        if (!(yield* repo.claimFailureAudit(row.id, new Date(now), FAILURE_AUDIT_SECONDS))) return undefined
+        return { keyId: row.id, tenantId: row.tenant_id, environment: row.environment }
       }).pipe(Effect.orDie, Effect.withSpan("Auth.refusedKey"))
 
     return { authenticate, refusedKey } as const

@@ -110,19 +110,28 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
           WHERE k.secret_hash = ${hash}`.pipe(Rows.maybe(KeyLookupRow))
 
     /**
-     * The key a refused secret names (its hash, else its display prefix when exactly one key has it),
-     * unless its environment is purged: where a failed authentication is audited.
+     * The key a refused secret is (its hash: a revoked or expired key, a key of an environment
+     * being deleted), unless its environment is purged: where a failed authentication is audited.
+     * A secret that matches no key is never attributed to one, whatever its prefix (D20).
      */
-    const keyOfRefusedSecret = (hash: Uint8Array, prefix: string) =>
-      sql`SELECT k.id, k.tenant_id, k.environment, k.secret_hash = ${hash} AS exact
+    const keyOfRefusedSecret = (hash: Uint8Array) =>
+      sql`SELECT k.id, k.tenant_id, k.environment
           FROM api_keys k
           JOIN tenants t ON t.id = k.tenant_id
           JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-          WHERE (k.secret_hash = ${hash} OR k.prefix = ${prefix}) AND t.status <> 'deleted' AND e.state <> 'deleted'
-          ORDER BY exact DESC LIMIT 2`.pipe(
-        Rows.all(Schema.Struct({ id: Schema.String, tenant_id: Schema.String, environment: EnvironmentName, exact: Schema.Boolean })),
-        Effect.map((rows) => (rows[0]?.exact || rows.length === 1 ? rows[0] : undefined))
+          WHERE k.secret_hash = ${hash} AND t.status <> 'deleted' AND e.state <> 'deleted'`.pipe(
+        Rows.maybe(Schema.Struct({ id: Schema.String, tenant_id: Schema.String, environment: EnvironmentName }))
       )
+
+    /**
+     * Claims the audit entry of a failed authentication with the key at `at`: true at most once per
+     * `seconds` per key, across processes (the key row's lock orders concurrent claims).
+     */
+    const claimFailureAudit = (keyId: string, at: Date, seconds: number) =>
+      sql`UPDATE api_keys SET failure_audited_at = ${at}
+          WHERE id = ${keyId}
+            AND (failure_audited_at IS NULL OR failure_audited_at <= ${at}::timestamptz - make_interval(secs => ${seconds}))
+          RETURNING id`.pipe(Rows.all(Schema.Struct({ id: Schema.String })), Effect.map((rows) => rows.length > 0))
 
     const apiKeys = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
       sql`SELECT ${keyColumns} FROM api_keys
@@ -291,6 +300,7 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
       nextCellGeneration,
       keyBySecretHash,
       keyOfRefusedSecret,
+      claimFailureAudit,
       apiKeys,
       apiKey,
       lockApiKey,
