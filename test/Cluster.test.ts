@@ -1,6 +1,7 @@
 /**
  * A cluster of three nodes and a node killed under load (issue 19). Three service processes on one
- * fresh database form a cluster by themselves (each its runner on 127.0.0.1 and a free port);
+ * fresh database form a cluster by themselves (each its runner on 127.0.0.1 and a free port,
+ * speaking TLS with a key from their shared CLUSTER_SECRET, D20);
  * eight sandbox tenants (cells) are set up over HTTP: four run a scripted agent that answers after
  * 1.5 s, four one whose customer WRITE tool (a refund at a ToolHost of the tenant's own, answering
  * after 1.5 s) needs a user's approval, which the test gives as soon as it is asked for.
@@ -106,6 +107,8 @@ describe("cluster of three nodes", () => {
         const env = {
           OPERATOR_TOKEN,
           SECRETS_KEY: randomBytes(32).toString("hex"),
+          // The runners speak TLS with a key from it (D20): the nodes form the cluster all the same.
+          CLUSTER_SECRET: randomBytes(32).toString("hex"),
           CELL_RATE_LIMIT_RPS: String(RATE_RPS),
           TOOL_TOKEN_ISSUER: TOOL_ISSUER,
           DESTINATION_ALLOWLIST: "127.0.0.1/32",

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
+import { randomBytes } from "node:crypto"
 import { loadSettings } from "./support/App.js"
 
 describe("configuration", () => {
@@ -60,5 +61,32 @@ describe("configuration", () => {
         CELL_RATE_LIMIT_BURST: "1"
       })
       expect(ok._tag).toBe("Right")
+    }))
+
+  it.effect("D20: the runner port needs CLUSTER_SECRET (at least 32 bytes) unless RUNNER_HOST is a loopback address", () =>
+    Effect.gen(function*() {
+      const secret = randomBytes(32).toString("hex")
+      for (
+        const env of [
+          { RUNNER_HOST: "10.0.0.5" },
+          { RUNNER_HOST: "app1" }, // docker-compose's: another container reaches it
+          { RUNNER_HOST: "0.0.0.0" },
+          { RUNNER_HOST: "fd00::1" }
+        ]
+      ) {
+        const loaded = yield* loadSettings(env)
+        expect(loaded._tag, JSON.stringify(env)).toBe("Left")
+        expect(String((loaded as any).left)).toContain("CLUSTER_SECRET is required: RUNNER_HOST")
+        expect((yield* loadSettings({ ...env, CLUSTER_SECRET: secret }))._tag, JSON.stringify(env)).toBe("Right")
+      }
+      for (const host of ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "::ffff:127.0.0.1"]) {
+        expect((yield* loadSettings({ RUNNER_HOST: host }))._tag, host).toBe("Right")
+      }
+      const short = yield* loadSettings({ RUNNER_HOST: "10.0.0.5", CLUSTER_SECRET: secret.slice(0, 31) })
+      expect(String((short as any).left)).toContain("CLUSTER_SECRET must be at least 32 bytes")
+      expect((yield* loadSettings({ CLUSTER_SECRET: secret.slice(0, 31) }))._tag).toBe("Left") // loopback too
+      const ok = yield* loadSettings({ RUNNER_HOST: "10.0.0.5", CLUSTER_SECRET: secret })
+      expect(Option.isSome((ok as any).right.cluster.secret)).toBe(true)
+      expect(String((ok as any).right.cluster.secret)).not.toContain(secret) // redacted
     }))
 })

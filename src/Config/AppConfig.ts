@@ -3,6 +3,7 @@
  * default). Tests replace the whole layer with `Layer.succeed(AppConfig, ...)`.
  */
 import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
+import ipaddr from "ipaddr.js"
 
 import { defaultQuotaDefaults, type QuotaDefaults, quotaDefaultsConfig } from "./QuotaDefaults.js"
 
@@ -25,6 +26,21 @@ export const decodeSecretsKey = (value: string): Either.Either<Buffer, string> =
     )
   }
   return Either.right(bytes)
+}
+
+/** The shortest `CLUSTER_SECRET` accepted, in bytes of its UTF-8 text (D20). */
+export const CLUSTER_SECRET_MIN_BYTES = 32
+
+/**
+ * Whether `host` (RUNNER_HOST) is a loopback address: `localhost`, 127.0.0.0/8 or ::1 (an
+ * IPv4-mapped ::ffff:127.x.y.z too). Only then may the runner port go without CLUSTER_SECRET.
+ */
+export const isLoopbackHost = (host: string): boolean => {
+  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, "$1")
+  if (h === "localhost") return true
+  if (!ipaddr.isValid(h)) return false
+  const address = ipaddr.process(h) // an IPv4-mapped IPv6 address as its IPv4 address
+  return address.range() === "loopback"
 }
 
 /**
@@ -113,6 +129,12 @@ export interface AppConfigShape {
 export interface ClusterConfig {
   /** RUNNER_HOST: how the other nodes reach this node's runner (default 127.0.0.1) */
   readonly runnerHost: string
+  /**
+   * CLUSTER_SECRET: the credential every node proves on the runner port (TLS with a key derived
+   * from it, src/Runtime/RunnerTransport.ts); at least 32 bytes, the same on every node. Unset: the
+   * runner port is plain TCP, allowed only when RUNNER_HOST is a loopback address (D20).
+   */
+  readonly secret: Option.Option<Redacted.Redacted<string>>
   /** RUNNER_PORT: the cluster transport's port; unset: a free port chosen at start (fine on one machine) */
   readonly runnerPort: Option.Option<number>
   /** CLUSTER_LOCK_REFRESH_SECONDS: how often a runner refreshes its shard locks (default 2) */
@@ -241,6 +263,7 @@ export const defaultScheduleConfig: ScheduleConfig = { pollMillis: 1000 }
 
 export const defaultClusterConfig: ClusterConfig = {
   runnerHost: "127.0.0.1",
+  secret: Option.none(),
   runnerPort: Option.none(),
   lockRefreshSeconds: 2,
   lockExpirationSeconds: 10,
@@ -369,6 +392,17 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     quotas: quotaDefaultsConfig,
     cluster: Config.all({
       runnerHost: Config.string("RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
+      secret: Config.option(Config.redacted("CLUSTER_SECRET")).pipe(
+        Config.map(Option.filter((s) => Redacted.value(s).length > 0)),
+        Config.mapOrFail((secret) =>
+          Option.isSome(secret) && Buffer.byteLength(Redacted.value(secret.value), "utf8") < CLUSTER_SECRET_MIN_BYTES
+            ? Either.left(ConfigError.InvalidData(
+              ["CLUSTER_SECRET"],
+              `CLUSTER_SECRET must be at least ${CLUSTER_SECRET_MIN_BYTES} bytes (the same on every node); generate one with: openssl rand -hex 32`
+            ))
+            : Either.right(secret)
+        )
+      ),
       runnerPort: Config.option(Config.port("RUNNER_PORT")),
       lockRefreshSeconds: bounded("CLUSTER_LOCK_REFRESH_SECONDS", 2, 60),
       lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 10, 600),
@@ -378,7 +412,18 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.validate({
         message: "CLUSTER_LOCK_EXPIRATION_SECONDS must be at least twice CLUSTER_LOCK_REFRESH_SECONDS",
         validation: (c) => c.lockExpirationSeconds >= 2 * c.lockRefreshSeconds
-      })
+      }),
+      // D20: nodes trust only nodes. A runner port reachable from elsewhere needs the credential.
+      Config.mapOrFail((c) =>
+        Option.isNone(c.secret) && !isLoopbackHost(c.runnerHost)
+          ? Either.left(ConfigError.InvalidData(
+            ["CLUSTER_SECRET"],
+            `CLUSTER_SECRET is required: RUNNER_HOST ${JSON.stringify(c.runnerHost)} is not a loopback address, and without ` +
+              `it anyone who reaches the runner port could command this node's cells. Set the same CLUSTER_SECRET (at least ` +
+              `${CLUSTER_SECRET_MIN_BYTES} bytes: openssl rand -hex 32) on every node`
+          ))
+          : Either.right(c)
+      )
     )
   })
 

@@ -2,7 +2,8 @@
  * This node's cluster runner (issue 19): `@effect/cluster` with its SQL storage (message and runner
  * tables, shard locks as Postgres advisory locks) on the service's own database, and its socket
  * transport on RUNNER_HOST:RUNNER_PORT. One node is a cluster of one; several nodes on one
- * DATABASE_URL form a cluster with nothing else configured: cells (entities keyed by
+ * DATABASE_URL form a cluster with nothing else configured (CLUSTER_SECRET too, when the runners are
+ * reachable from elsewhere: src/Runtime/RunnerTransport.ts): cells (entities keyed by
  * tenant/environment) are spread over the runners' shards, and a runner that stops refreshing its
  * shard locks for CLUSTER_LOCK_EXPIRATION_SECONDS loses them to the others.
  *
@@ -11,7 +12,6 @@
  * of whoever built the service (src/Runtime/CellsLive.ts).
  */
 import { MachineId, RunnerAddress, type ShardingConfig, Snowflake } from "@effect/cluster"
-import { NodeClusterSocket } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, ConfigProvider, Context, DefaultServices, Duration, Effect, Exit, Layer, Option, Ref, Scope } from "effect"
@@ -21,6 +21,7 @@ import { ClusterNode, PlacementsRepo } from "../Cells/Placements.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import * as Migrations from "../Database/Migrations.js"
 import { realPause } from "../Kernel/RealTime.js"
+import { layerRunner } from "./RunnerTransport.js"
 
 /** A port free on `host` now (RUNNER_PORT unset): the runner listens on it a moment later. */
 const freePort = (host: string) =>
@@ -92,7 +93,12 @@ export const ClusterLive = Layer.unwrapEffect(
     const address = RunnerAddress.make(host, port)
     // Only what is configured here: the library would also read HOST, PORT... from the
     // environment, which are the HTTP server's.
-    const runner = NodeClusterSocket.layer({ storage: "sql", shardingConfig: shardingConfig(config, address) }).pipe(
+    // Its transport: TLS with a key derived from CLUSTER_SECRET when set (D20), else plain TCP
+    // (AppConfig allows that only on a loopback RUNNER_HOST).
+    const runner = layerRunner({
+      shardingConfig: shardingConfig(config, address),
+      secret: Option.getOrUndefined(config.cluster.secret)
+    }).pipe(
       Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map()))),
       Layer.orDie
     )
