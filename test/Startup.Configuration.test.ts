@@ -3,8 +3,13 @@
  * defaults, empty values counting as unset, and the values it cannot run with refused at start.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Cause, Effect, Exit, Layer, Option } from "effect"
 import { randomBytes } from "node:crypto"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { AppConfig } from "../src/Config/AppConfig.js"
+import { generateToken, OperatorToken, tokenFile } from "../src/Operator/Token.js"
 import { loadSettings } from "./support/App.js"
 
 describe("configuration", () => {
@@ -88,5 +93,65 @@ describe("configuration", () => {
       const ok = yield* loadSettings({ RUNNER_HOST: "10.0.0.5", CLUSTER_SECRET: secret })
       expect(Option.isSome((ok as any).right.cluster.secret)).toBe(true)
       expect(String((ok as any).right.cluster.secret)).not.toContain(secret) // redacted
+    }))
+
+  it.effect("D20: an OPERATOR_TOKEN shorter than 32 characters, and a published OPERATOR_TOKEN / SECRETS_KEY / CLUSTER_SECRET, stop the start", () =>
+    Effect.gen(function*() {
+      const refusal = (env: Record<string, string>) =>
+        Effect.map(loadSettings(env), (loaded) => (loaded._tag === "Left" ? String(loaded.left) : "accepted"))
+      expect(yield* refusal({ OPERATOR_TOKEN: randomBytes(16).toString("hex").slice(0, 31) })).toContain(
+        "OPERATOR_TOKEN must be at least 32 characters (got 31)"
+      )
+      // docker-compose.yml's former development values: refused by digest, whatever the files say now
+      expect(yield* refusal({ OPERATOR_TOKEN: "op_dev_only_change_me_0123456789abcdef" })).toContain(
+        "OPERATOR_TOKEN is a published secret: it is docker-compose.yml's former development OPERATOR_TOKEN"
+      )
+      const composeKey = "00000000000000000000000000000000000000000000000000000000000000de"
+      for (const spelling of [composeKey, composeKey.toUpperCase(), Buffer.from(composeKey, "hex").toString("base64")]) {
+        expect(yield* refusal({ SECRETS_KEY: spelling }), spelling).toContain("SECRETS_KEY is a published secret")
+      }
+      // ... and former test literals
+      expect(yield* refusal({ OPERATOR_TOKEN: "op_test_operator_token_0123456789" })).toContain("published secret")
+      // a value in one of the repository's files (this one) is refused too, with the file named
+      const inThisFile = "cluster_secret_written_in_a_test_file_0123456789"
+      expect(yield* refusal({ CLUSTER_SECRET: inThisFile })).toContain(
+        "CLUSTER_SECRET is a published secret: it appears in the repository's file test/Startup.Configuration.test.ts"
+      )
+      // fresh values pass, a generated operator token among them
+      const fresh = {
+        OPERATOR_TOKEN: generateToken(),
+        SECRETS_KEY: randomBytes(32).toString("base64"),
+        CLUSTER_SECRET: randomBytes(32).toString("hex")
+      }
+      expect(yield* refusal(fresh)).toBe("accepted")
+      expect(yield* refusal({ OPERATOR_TOKEN: randomBytes(16).toString("hex") })).toBe("accepted") // exactly 32
+    }))
+
+  it.effect("D20: a DATA_DIR/operator-token that is short or published stops the start; a generated one is kept", () =>
+    Effect.gen(function*() {
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-token-"))
+      const start = Effect.exit(Effect.provide(
+        OperatorToken,
+        OperatorToken.Default.pipe(
+          Layer.provide(Layer.succeed(AppConfig, AppConfig.defaults({ dataDir })))
+        )
+      ))
+      const generated = yield* start
+      expect(Exit.isSuccess(generated) && generated.value.source).toBe("generated")
+      const token = fs.readFileSync(tokenFile(dataDir), "utf8").trim()
+      expect(token.length).toBe(46)
+      const again = yield* start
+      expect(Exit.isSuccess(again) && again.value.source).toBe("file")
+      for (
+        const [written, message] of [["op_short", "must be at least 32 characters"], [
+          "op_dev_only_change_me_0123456789abcdef",
+          "published"
+        ]]
+      ) {
+        fs.writeFileSync(tokenFile(dataDir), `${written}\n`)
+        const refused = yield* start
+        expect(Exit.isFailure(refused) && Cause.pretty(refused.cause)).toContain(message)
+      }
+      fs.rmSync(dataDir, { recursive: true, force: true })
     }))
 })

@@ -6,6 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -291,7 +292,7 @@ describe("npm start (node dist/main.js, embedded Postgres)", () => {
 
   it("OPERATOR_TOKEN from the environment is used instead of the stored token", async () => {
     expect(state.inFlightPilotId).toBeDefined()
-    const envToken = "op_from_env_0123456789abcdefghijklmnop"
+    const envToken = `op_from_env_${randomBytes(24).toString("base64url")}` // a literal would be published (D20)
     const service = await startService(dataDir, { OPERATOR_TOKEN: envToken })
     expect(service.output()).toContain("operator token: from OPERATOR_TOKEN")
     expect(service.output()).not.toContain(envToken)

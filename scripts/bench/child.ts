@@ -4,6 +4,7 @@
  * from /proc) and a sampler of its peak, and JSON calls with a key.
  */
 import { type ChildProcess, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -12,7 +13,8 @@ import { fileURLToPath } from "node:url"
 
 export const serviceDir = process.env["BENCH_SERVICE_DIR"] ??
   path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
-export const OPERATOR_TOKEN = `op_bench_${Math.random().toString(36).slice(2)}_0123456789`
+// random and at least 32 characters: the service refuses a short or published token (D20)
+export const OPERATOR_TOKEN = `op_bench_${randomBytes(24).toString("base64url")}`
 
 export const freePort = () =>
   new Promise<number>((resolve) => {

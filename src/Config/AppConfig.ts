@@ -5,6 +5,7 @@
 import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
 import ipaddr from "ipaddr.js"
 
+import { type Candidate, findPublished, keyCandidate, textCandidate } from "./PublishedSecrets.js"
 import { defaultQuotaDefaults, type QuotaDefaults, quotaDefaultsConfig } from "./QuotaDefaults.js"
 
 /**
@@ -28,6 +29,15 @@ export const decodeSecretsKey = (value: string): Either.Either<Buffer, string> =
   return Either.right(bytes)
 }
 
+/** The shortest `OPERATOR_TOKEN` accepted (D20); a generated one is 46 characters. */
+export const OPERATOR_TOKEN_MIN_LENGTH = 32
+
+/** `OPERATOR_TOKEN` (from the environment or DATA_DIR/operator-token): a message saying why it is refused, if it is. */
+export const operatorTokenProblem = (token: string): string | undefined =>
+  token.length < OPERATOR_TOKEN_MIN_LENGTH
+    ? `OPERATOR_TOKEN must be at least ${OPERATOR_TOKEN_MIN_LENGTH} characters (got ${token.length}); generate one with: openssl rand -hex 32`
+    : undefined
+
 /** The shortest `CLUSTER_SECRET` accepted, in bytes of its UTF-8 text (D20). */
 export const CLUSTER_SECRET_MIN_BYTES = 32
 
@@ -41,6 +51,29 @@ export const isLoopbackHost = (host: string): boolean => {
   if (!ipaddr.isValid(h)) return false
   const address = ipaddr.process(h) // an IPv4-mapped IPv6 address as its IPv4 address
   return address.range() === "loopback"
+}
+
+/**
+ * The configured secrets that appear in the repository (D20: published secrets never run): a
+ * config error naming the first, or the configuration as it is.
+ */
+const refusePublished = <A extends AppConfigShape>(config: A): Either.Either<A, ConfigError.ConfigError> => {
+  const candidates: Array<Candidate> = []
+  if (Option.isSome(config.operatorToken)) candidates.push(textCandidate("OPERATOR_TOKEN", Redacted.value(config.operatorToken.value)))
+  if (Option.isSome(config.secretsKey)) {
+    const text = Redacted.value(config.secretsKey.value)
+    const bytes = decodeSecretsKey(text)
+    if (Either.isRight(bytes)) candidates.push(keyCandidate("SECRETS_KEY", text, bytes.right))
+  }
+  if (Option.isSome(config.cluster.secret)) candidates.push(textCandidate("CLUSTER_SECRET", Redacted.value(config.cluster.secret.value)))
+  if (candidates.length === 0) return Either.right(config)
+  const published = findPublished(candidates)
+  if (published.length === 0) return Either.right(config)
+  const { name, where } = published[0]!
+  return Either.left(ConfigError.InvalidData(
+    [name],
+    `${name} is a published secret: ${where}. Anyone can read it; set a new one (openssl rand -hex 32)`
+  ))
 }
 
 /**
@@ -288,8 +321,13 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.map(Option.filter((u) => Redacted.value(u).length > 0))
     ),
     dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+    // Checked here (D20): a short token stops the start with a clear message.
     operatorToken: Config.option(Config.redacted("OPERATOR_TOKEN")).pipe(
-      Config.map(Option.filter((u) => Redacted.value(u).length > 0))
+      Config.map(Option.filter((u) => Redacted.value(u).length > 0)),
+      Config.mapOrFail((token) => {
+        const problem = Option.isSome(token) ? operatorTokenProblem(Redacted.value(token.value)) : undefined
+        return problem === undefined ? Either.right(token) : Either.left(ConfigError.InvalidData(["OPERATOR_TOKEN"], problem))
+      })
     ),
     publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
     // Checked here, so a key of the wrong length stops the process at start with a clear message.
@@ -425,7 +463,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
           : Either.right(c)
       )
     )
-  })
+  }).pipe(
+    // Last, once each value is known good: a secret that appears in the repository is refused (D20).
+    Config.mapOrFail(refusePublished)
+  )
 
   static readonly layer = Layer.effect(AppConfig, AppConfig.config)
 

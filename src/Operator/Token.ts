@@ -1,6 +1,9 @@
 /**
  * The operator bearer token (D1): `OPERATOR_TOKEN` from config, or generated once into
- * `DATA_DIR/operator-token` (mode 0600) and reused on the next start.
+ * `DATA_DIR/operator-token` (mode 0600) and reused on the next start. A token is at least 32
+ * characters and never a published one (D20): `OPERATOR_TOKEN` is checked with the configuration
+ * (src/Config/AppConfig.ts), a token file here; a generated token (`op_` and 32 random bytes,
+ * 46 characters) passes both.
  */
 import { randomBytes, timingSafeEqual } from "node:crypto"
 import * as fs from "node:fs/promises"
@@ -8,9 +11,13 @@ import * as path from "node:path"
 
 import { Effect, Option, Redacted } from "effect"
 
-import { AppConfig } from "../Config/AppConfig.js"
+import { AppConfig, operatorTokenProblem } from "../Config/AppConfig.js"
+import { findPublished, textCandidate } from "../Config/PublishedSecrets.js"
 
 export const tokenFile = (dataDir: string) => path.resolve(dataDir, "operator-token")
+
+/** A new operator token: `op_` and 32 random bytes (base64url), 46 characters. */
+export const generateToken = () => `op_${randomBytes(32).toString("base64url")}`
 
 /** Reads the token file if there is one (used by the CLI too). */
 export const readTokenFile = (dataDir: string) =>
@@ -31,10 +38,16 @@ export class OperatorToken extends Effect.Service<OperatorToken>()("OperatorToke
       const existing = yield* readTokenFile(config.dataDir)
       if (Option.isSome(existing) && existing.value.length > 0) {
         source = "file"
+        // Written by hand, or by an older version: refused as OPERATOR_TOKEN would be.
+        const problem = operatorTokenProblem(existing.value) ??
+          findPublished([textCandidate("OPERATOR_TOKEN", existing.value)]).map((p) => `a published secret: ${p.where}`)[0]
+        if (problem !== undefined) {
+          return yield* Effect.dieMessage(`${tokenFile(config.dataDir)}: ${problem}; remove the file to have a token generated`)
+        }
         token = Redacted.make(existing.value)
       } else {
         source = "generated"
-        const value = `op_${randomBytes(32).toString("base64url")}`
+        const value = generateToken()
         yield* Effect.tryPromise(async () => {
           await fs.mkdir(config.dataDir, { recursive: true })
           // "wx": never overwrite a token another process wrote first.

@@ -6,6 +6,7 @@
 import { HttpServer } from "@effect/platform"
 import { type SqlClient } from "@effect/sql"
 import { ConfigProvider, Context, Effect, Layer, Option, Redacted } from "effect"
+import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -15,7 +16,11 @@ import { ServerLive } from "../../src/Edge/Server.js"
 import { HttpLive } from "../../src/Http.js"
 import { freshDatabase } from "./Database.js"
 
-export const OPERATOR_TOKEN = "op_test_operator_token_0123456789"
+/**
+ * The operator token of the test's services, new for each test file: a literal would be a
+ * published secret, which the service refuses at start (D20, src/Config/PublishedSecrets.ts).
+ */
+export const OPERATOR_TOKEN = `op_test_${randomBytes(24).toString("base64url")}`
 
 export interface TestAppShape {
   readonly baseUrl: string
