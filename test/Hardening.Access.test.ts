@@ -6,14 +6,14 @@
  * its event streams at once.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, TestClock } from "effect"
 
 import { defaultEdgeConfig, defaultRunConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
 import { createKey, operator, readSse, request } from "./support/Client.js"
 import { expectError, expectErrorCode, expectSingle } from "./support/Envelopes.js"
 import { captureOutput } from "./support/Output.js"
-import { ALL_MANAGEMENT_SCOPES, isTerminal, scriptedSandbox } from "./support/Sandboxes.js"
+import { ALL_MANAGEMENT_SCOPES, isTerminal, sandboxWithKey, scriptedSandbox } from "./support/Sandboxes.js"
 import { REFUND, toolHostSandbox, toolSettings } from "./support/ToolSandbox.js"
 import { eventually } from "./support/Waiting.js"
 
@@ -74,6 +74,26 @@ describe("requests without a valid key are limited per address (D19, finding 8)"
         yield* Effect.sleep("1100 millis")
         expectErrorCode(yield* request("GET", `${s.P}/agents`, { key: "sk_test_wrong_later" }), 401, "invalid_api_key")
       }).pipe(Effect.provide(makeTestApp({ edge: { ...defaultEdgeConfig, clientRateLimit: { ratePerSecond: 1, burst: 5 } } }))),
+    30_000
+  )
+
+  it.effect(
+    "D20: a key that worked and is then revoked counts as no key: hammered from one address, 429 rate_limited after the burst",
+    () =>
+      Effect.zipRight(
+        TestClock.setTime(Date.now()),
+        Effect.gen(function*() {
+          const sb = yield* sandboxWithKey(["keys:read", "keys:revoke", "users:read"])
+          const doomed = yield* createKey(sb.tenantId, ["users:read"], "doomed")
+          expect((yield* request("GET", `${sb.P}/users`, { key: doomed.secret })).status).toBe(200) // vouched for
+          expectSingle(yield* request("POST", `${sb.P}/api-keys/${doomed.id}/revoke`, { key: sb.manager }))
+          const statuses: Array<number> = []
+          for (let i = 0; i < 7; i++) statuses.push((yield* request("GET", `${sb.P}/users`, { key: doomed.secret })).status)
+          expect(statuses).toEqual([401, 401, 401, 401, 401, 429, 429])
+          // the active key of the same address: it authenticated lately, it is still looked up
+          expect((yield* request("GET", `${sb.P}/users`, { key: sb.manager })).status).toBe(200)
+        }).pipe(Effect.provide(makeTestApp({ edge: { ...defaultEdgeConfig, clientRateLimit: { ratePerSecond: 1, burst: 5 } } })))
+      ),
     30_000
   )
 })

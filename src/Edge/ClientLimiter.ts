@@ -8,7 +8,9 @@
  *
  * A client sharing its address with a noisy one (a NAT, a proxy) keeps working: a credential that
  * authenticated in the last five minutes (remembered by its SHA-256, at most 10,000) is looked up
- * even when its address's bucket is empty.
+ * even when its address's bucket is empty. A credential refused (revoked, expired, its environment
+ * deleted) is forgotten at once (D20: it counts as no key), so once its address's bucket is empty
+ * it is refused 429 before any lookup.
  */
 import { Clock, Effect } from "effect"
 import { createHash } from "node:crypto"
@@ -75,6 +77,12 @@ export class ClientLimiter extends Effect.Service<ClientLimiter>()("ClientLimite
         }
       })
 
+    /** The credential was refused: it is no longer vouched for (D20: a revoked or expired key counts as no key). */
+    const forget = (credential: string | undefined) =>
+      Effect.sync(() => {
+        if (credential !== undefined && vouched.size > 0) vouched.delete(digest(credential))
+      })
+
     /** Whether the credential authenticated in the last five minutes. */
     const known = (credential: string | undefined) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
@@ -87,6 +95,7 @@ export class ClientLimiter extends Effect.Service<ClientLimiter>()("ClientLimite
       refused,
       spend,
       vouch,
+      forget,
       known,
       policyHeader: RateLimiter.policyHeader(policy),
       stateHeader: RateLimiter.stateHeader

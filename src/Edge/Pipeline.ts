@@ -274,7 +274,8 @@ const admit = (state: RequestState, address: string) =>
     const exhausted = yield* clients.refused(address)
     if (exhausted !== undefined && !(yield* clients.known(credential))) return yield* new ClientExhausted({ decision: exhausted })
     const principal = yield* (yield* Auth).authenticate(credential).pipe(
-      Effect.tapError(() => clients.spend(address))
+      // refused: it counts as no key, from now on too (D20), even if it worked a minute ago
+      Effect.tapError(() => Effect.zipRight(clients.forget(credential), clients.spend(address)))
     )
     if (credential !== undefined) yield* clients.vouch(credential)
     state.principal = principal

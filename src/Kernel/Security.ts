@@ -19,7 +19,9 @@ export class ServiceKey extends HttpApiMiddleware.Tag<ServiceKey>()("ServiceKey"
     ServiceKey: HttpApiSecurity.bearer.pipe(
       HttpApiSecurity.annotate(
         OpenApi.Description,
-        "A service key (`sk_test_...` / `sk_live_...`) sent as `Authorization: Bearer <key>`. Keys are bound to one tenant and environment."
+        "A service key (`sk_test_...` / `sk_live_...`) sent as `Authorization: Bearer <key>`. Keys are bound to one tenant and environment. " +
+          "Requests without a valid key (none, unknown, revoked or expired, even one that worked a moment ago) are rate limited per " +
+          "client address (20/s, burst 40 by default): 429 `rate_limited` with `Retry-After`."
       )
     )
   }
