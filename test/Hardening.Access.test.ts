@@ -2,8 +2,9 @@
  * Access that is checked first and ends at once (D19, issue 14 findings 4, 8 and 11, and the
  * request_id of log lines): a stored idempotent response is never replayed to a caller the
  * operation refuses; requests without a valid key are limited per address (while a known key of
- * that address goes on working); deleting an environment or a tenant ends its keys, its runs and
- * its event streams at once.
+ * that address goes on working, until it is refused: D20), and so are failed operator
+ * authentications (D20); deleting an environment or a tenant ends its keys, its runs and its event
+ * streams at once.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
@@ -75,6 +76,41 @@ describe("requests without a valid key are limited per address (D19, finding 8)"
         expectErrorCode(yield* request("GET", `${s.P}/agents`, { key: "sk_test_wrong_later" }), 401, "invalid_api_key")
       }).pipe(Effect.provide(makeTestApp({ edge: { ...defaultEdgeConfig, clientRateLimit: { ratePerSecond: 1, burst: 5 } } }))),
     30_000
+  )
+
+  // D20: the operator plane spends from the same buckets; TestClock holds the refill (20/s, burst 40).
+  it.effect(
+    "D20: 200 wrong operator tokens from one address: 40 are 401, then 429 with Retry-After (/metrics too, and before any compare); the right token once refilled, and after",
+    () =>
+      Effect.zipRight(
+        TestClock.setTime(Date.now()),
+        Effect.gen(function*() {
+          const statuses = new Map<number, number>()
+          for (let i = 0; i < 200; i++) {
+            const path = i % 2 === 0 ? "/operator/v1/cluster" : `/operator/v1/pilot-applications/pa_${i}`
+            const r = yield* request("GET", path, { key: `op_wrong_${i}_${"x".repeat(40)}` })
+            statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1)
+            if (i === 199) {
+              expectError(r, 429, "rate_limited", "rate_limited")
+              expect(Number(r.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+            }
+          }
+          expect(Object.fromEntries(statuses)).toEqual({ 401: 40, 429: 160 })
+          expectErrorCode(yield* request("GET", "/metrics", { key: "op_wrong" }), 429, "rate_limited")
+          expectErrorCode(yield* request("GET", "/operator/v1/cluster"), 429, "rate_limited") // no token at all
+          // the address is refused before its token is compared: the right one too, until it refills
+          expectErrorCode(yield* request("GET", "/operator/v1/cluster", { key: OPERATOR_TOKEN }), 429, "rate_limited")
+          expectErrorCode(yield* request("GET", "/v1/openapi.json"), 429, "rate_limited") // one bucket with /v1
+          yield* TestClock.adjust("1 second")
+          expect((yield* request("GET", "/operator/v1/cluster", { key: OPERATOR_TOKEN })).status).toBe(200)
+          expect((yield* request("GET", "/metrics", { key: OPERATOR_TOKEN })).status).toBe(200)
+          // exhausted again by wrong tokens, the token that authenticated lately still works
+          for (let i = 0; i < 25; i++) yield* request("GET", "/metrics", { key: "op_wrong_again" })
+          expectErrorCode(yield* request("GET", "/metrics", { key: "op_wrong_again" }), 429, "rate_limited")
+          expect((yield* request("GET", "/operator/v1/cluster", { key: OPERATOR_TOKEN })).status).toBe(200)
+        }).pipe(Effect.provide(makeTestApp()))
+      ),
+    60_000
   )
 
   it.effect(

@@ -11,6 +11,10 @@
  * even when its address's bucket is empty. A credential refused (revoked, expired, its environment
  * deleted) is forgotten at once (D20: it counts as no key), so once its address's bucket is empty
  * it is refused 429 before any lookup.
+ *
+ * The operator plane spends from the same buckets (D20): a request to `/operator/v1` or
+ * `GET /metrics` whose operator token is wrong or missing spends one, and an address whose bucket
+ * is empty is refused 429 before the token is compared, unless its token authenticated lately.
  */
 import { Clock, Effect } from "effect"
 import { createHash } from "node:crypto"

@@ -68,7 +68,8 @@ export const requestMetrics = HttpMiddleware.make((app) =>
   })
 )
 
-const bearer = (header: string | undefined) => {
+/** The token of an `Authorization: Bearer <token>` header ("" when there is none). */
+export const bearerToken = (header: string | undefined) => {
   const match = header === undefined ? null : /^Bearer\s+(.+)$/i.exec(header.trim())
   return match === null ? "" : match[1]!
 }
@@ -80,7 +81,7 @@ export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
       "/metrics",
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        if (!token.verify(bearer(request.headers["authorization"]))) {
+        if (!token.verify(bearerToken(request.headers["authorization"]))) {
           return yield* new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" })
         }
         // the pool's counts are read now, not sampled: a scrape sees the pool as it is

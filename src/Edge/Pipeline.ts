@@ -15,7 +15,8 @@
  * transaction, beside its stored response; a refused or rolled-back one's on its own afterwards; a
  * replay's not at all; a failed authentication's in the environment of the key it names, if any.
  * `/operator/v1` requests about an environment are audited too, a POST in one transaction with its
- * entry (rolled back unless 2xx).
+ * entry (rolled back unless 2xx). `/operator/v1` and `GET /metrics` spend from the client address's
+ * limit when their operator token is wrong or missing, and are refused 429 once it is empty (D20).
  * Failures that escape the HttpApi (unknown routes, unreadable bodies, defects) become the same
  * error envelope here. Every log line of a request carries its `request_id`, and so does its span.
  */
@@ -43,12 +44,14 @@ import {
 import { EnvironmentName } from "../Kernel/Ids.js"
 import type { Principal } from "../Kernel/Principal.js"
 import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
+import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
 import { Runs } from "../Runs.js"
 import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
+import { bearerToken } from "./Metrics.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
 import { preparedUpload } from "./Uploads.js"
@@ -416,6 +419,28 @@ const routed = (routes: ReadonlyArray<Route>, method: string, path: string, stat
     return Effect.succeed(match)
   })
 
+/**
+ * Operator authentication (`/operator/v1`, `GET /metrics`) is limited per client address like `/v1`
+ * requests without a valid key (D20, D19's bucket): an address whose bucket is empty is refused 429
+ * before its token is compared (unless that token authenticated lately); a wrong or missing token
+ * spends one. The answer itself (401 or the operation's) is the app's.
+ */
+const operatorAuthLimited = (state: RequestState, address: string) =>
+  Effect.gen(function*() {
+    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
+    const clients = yield* ClientLimiter
+    const exhausted = yield* clients.refused(address)
+    if (exhausted !== undefined && !(yield* clients.known(credential))) {
+      state.headers["retry-after"] = String(Math.max(1, exhausted.retryAfterSeconds))
+      return yield* new RateLimited({
+        code: "rate_limited",
+        message: "Too many requests without a valid operator token from this address; retry after the time in Retry-After"
+      })
+    }
+    if (credential !== undefined && (yield* OperatorToken).verify(bearerToken(credential))) yield* clients.vouch(credential)
+    else yield* clients.spend(address)
+  })
+
 /** The environment an operator request is about: its path's, else the one its handler named. */
 const operatorSubject = (trail: AuditTrail.Trail, state: RequestState): AuditTrail.Who | undefined => {
   const tenantId = trail.params["tenant_id"]
@@ -498,7 +523,12 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
           )
         )
         : operatorMatch?._tag === "Found"
-        ? operatorPlane(app, state, AuditTrail.trailOf(operatorMatch, request.method, address))
+        ? Effect.zipRight(
+          operatorAuthLimited(state, address),
+          operatorPlane(app, state, AuditTrail.trailOf(operatorMatch, request.method, address))
+        )
+        : path === "/metrics"
+        ? Effect.zipRight(operatorAuthLimited(state, address), app)
         : app
       type Needs =
         | HttpServerRequest.HttpServerRequest
@@ -508,6 +538,7 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         | Idempotency.Idempotency
         | ActorSessions
         | ClientLimiter
+        | OperatorToken
         | AppConfig
         | SqlClient.SqlClient
       const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
