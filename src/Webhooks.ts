@@ -3,9 +3,10 @@
  * destination checks as a tool connection, the event types it wants, and a signing secret
  * (`whsec_...`, Standard Webhooks) shown once, stored encrypted (AES-256-GCM, bound to the
  * endpoint's id). Rotating the secret shows the new one once; for 24 h deliveries carry both
- * signatures. Deliveries are written with the event they announce (an outbox: src/Webhooks/Repo.ts,
- * migration 0011) and sent by the delivery worker (src/Webhooks/Worker.ts); a replay is a new
- * attempt of the same delivery, with the same `webhook-id`.
+ * signatures. An environment has at most its `webhook_endpoints` quota of endpoints (D20: 16 by
+ * default; 429 `quota_exceeded` past it). Deliveries are written with the event they announce (an
+ * outbox: src/Webhooks/Repo.ts, migration 0011) and sent by the delivery worker
+ * (src/Webhooks/Worker.ts); a replay is a new attempt of the same delivery, with the same `webhook-id`.
  */
 import { randomBytes } from "node:crypto"
 
@@ -25,6 +26,7 @@ import { makeId } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
 import { Destinations } from "./Outbound/Destinations.js"
+import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { type EndpointRow, toDelivery, toEndpoint, WebhooksRepo } from "./Webhooks/Repo.js"
 
 /** A signing secret as Standard Webhooks writes one: `whsec_` + base64 of 32 random bytes. */
@@ -48,11 +50,13 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
     const found = (row: EndpointRow | undefined) => row ? Effect.succeed(row) : Effect.fail(notFound("webhook endpoint", "endpoint_id"))
     const withSecret = (row: EndpointRow, secret: string): WebhookEndpointWithSecret => ({ ...toEndpoint(row), secret })
 
-    const create = (p: Principal, body: CreateWebhookEndpoint) =>
+    /** A new endpoint: refused with 429 `quota_exceeded` when the cell has `limit` (its `webhook_endpoints` quota) already. */
+    const create = (p: Principal, body: CreateWebhookEndpoint, limit: number) =>
       Effect.gen(function*() {
         yield* destinations.checkRegistration(body.url, "url")
         const id = yield* makeId("we")
         const secret = newSecret()
+        const at = yield* now
         const row = yield* repo.insertEndpoint({
           id,
           cell: p,
@@ -61,8 +65,9 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
           eventTypes: distinct(body.event_types),
           secret: yield* secrets.encrypt(secret, id),
           keyId: p.keyId,
-          at: yield* now
-        })
+          at
+        }, limit)
+        if (row === undefined) return yield* quotaExceeded("webhook_endpoints", limit, at)
         return withSecret(row, secret)
       })
 
@@ -128,7 +133,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
       })
 
     return {
-      create: (p: Principal, body: CreateWebhookEndpoint) => dieOnSqlError(create(p, body)),
+      create: (p: Principal, body: CreateWebhookEndpoint, limit: number) => dieOnSqlError(create(p, body, limit)),
       get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.endpoint(p, id), found), toEndpoint)),
       list: (p: Principal, params: Cursor.ListParams) =>
         dieOnSqlError(Cursor.listPage("webhook-endpoints", repo.endpoints, toEndpoint)(p, params)),

@@ -2,7 +2,8 @@
  * Webhook endpoints (D18): the secret shown once (null in an idempotent replay, encrypted at rest),
  * rotation shown once too; URLs through the destination guard (400 `destination_refused`, param
  * `url`); event types checked (param `event_types.N`); update, disable, delete; D6 lists; scopes
- * `webhooks:read` / `webhooks:write`; another tenant's endpoint is 404; the document's operations.
+ * `webhooks:read` / `webhooks:write`; another tenant's endpoint is 404; the document's operations;
+ * at most 16 endpoints per environment (D20, quota `webhook_endpoints`).
  */
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
@@ -169,6 +170,35 @@ layer(makeTestApp(webhookSettings()), { excludeTestServices: true, timeout: "60 
       expectErrorCode(yield* s.hooks("GET", `/webhook-deliveries/${delivery!.id}`), 404, "resource_missing")
       const [left] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = ${endpoint.id}`
       expect(left!.n).toBe(0)
+    }))
+
+  it.effect("at most 16 endpoints per environment (D20): the 17th is 429 quota_exceeded, nothing stored; a delete gives its place back", () =>
+    Effect.gen(function*() {
+      const s = yield* webhookSandbox()
+      const reader = (yield* createKey(s.tenantId, ["usage:read"], "quotas")).secret
+      const used = Effect.map(
+        request("GET", `${s.P}/quotas`, { key: reader }),
+        (r) => expectList(r).items.find((q) => q.name === "webhook_endpoints")
+      )
+      const listed = Effect.map(s.hooks("GET", "/webhook-endpoints?limit=100"), (r) => expectList(r).items.length)
+      const ids: Array<string> = []
+      for (let i = 0; i < 16; i++) ids.push((yield* s.createEndpoint(RECEIVER, ["run.failed"])).id)
+      const body = { url: RECEIVER, event_types: ["run.failed"] }
+      const refused = yield* s.hooks("POST", "/webhook-endpoints", body, "the-17th")
+      expectError(refused, 429, "rate_limited", "quota_exceeded")
+      expect(refused.headers.get("retry-after")).toBe("60")
+      expect(refused.body.error.message).toContain("webhook_endpoints")
+      expect(yield* listed).toBe(16)
+      expect(yield* used).toMatchObject({ limit: 16, used: 16 })
+
+      expectSingle(yield* s.hooks("DELETE", `/webhook-endpoints/${ids[3]}`))
+      expect(yield* used).toMatchObject({ used: 15 })
+      // the refusal was not stored under its Idempotency-Key: the same request now creates one
+      const created = expectSingle(yield* s.hooks("POST", "/webhook-endpoints", body, "the-17th"), 201)
+      expect(created.secret).toMatch(/^whsec_/)
+      expect(yield* listed).toBe(16)
+      expect(yield* used).toMatchObject({ used: 16 })
+      expectErrorCode(yield* s.hooks("POST", "/webhook-endpoints", body), 429, "quota_exceeded")
     }))
 
   it.effect("lists (D6): newest first, pages by cursor without duplicates, a foreign cursor is 400", () =>

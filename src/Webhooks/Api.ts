@@ -44,7 +44,9 @@ export class WebhookEndpointsApi extends HttpApiGroup.make("webhook-endpoints")
       .annotate(
         OpenApi.Description,
         "Registers a URL for the given event types. The answer shows the signing `secret` once (an idempotent replay " +
-          `shows null): keep it to verify deliveries. ${SIGNING} The URL passes the same destination checks as a tool connection.`
+          `shows null): keep it to verify deliveries. ${SIGNING} The URL passes the same destination checks as a tool connection. ` +
+          "An environment has at most its `webhook_endpoints` quota of endpoints (16 unless an operator set another): past " +
+          "it the answer is 429 `quota_exceeded` with `Retry-After: 60` and nothing is created; deleting an endpoint gives its place back."
       )
       .annotate(Refusals, [destinationRefused])
       .annotate(RequiredScopes, ["webhooks:write"])
@@ -81,7 +83,10 @@ export class WebhookEndpointsApi extends HttpApiGroup.make("webhook-endpoints")
       .annotate(OpenApi.Summary, "Delete a webhook endpoint")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Single(DeletedWebhookEndpoint))
-      .annotate(OpenApi.Description, "Deletes the endpoint and its deliveries; nothing more is sent to it.")
+      .annotate(
+        OpenApi.Description,
+        "Deletes the endpoint and its deliveries; nothing more is sent to it. Its place in the `webhook_endpoints` quota is free again."
+      )
       .annotate(RequiredScopes, ["webhooks:write"])
   )
   .add(

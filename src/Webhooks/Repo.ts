@@ -11,6 +11,7 @@ import { DeliveryStatus, WebhookEventType } from "../Domain/Webhooks.js"
 import type { WebhookAttempt, WebhookEventType as EventType } from "../Domain/Webhooks.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { countLevel, releaseLevel } from "../Quotas/Repo.js"
 
 export const EndpointRow = Schema.Struct({
   id: Schema.String,
@@ -101,6 +102,10 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
     const inCell = (cell: CellRef) => sql`tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`
 
     // ---- endpoints ---------------------------------------------------------------------------
+    /**
+     * The endpoint, counted in the cell's `webhook_endpoints` quota in the same statement, only
+     * while the count stays within `limit` (D20): undefined, and nothing written, past it.
+     */
     const insertEndpoint = (e: {
       id: string
       cell: CellRef
@@ -110,13 +115,15 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
       secret: SealedSecret
       keyId: string
       at: Date
-    }) =>
-      sql`INSERT INTO webhook_endpoints (id, tenant_id, environment, url, description, event_types, enabled,
+    }, limit: number) =>
+      sql`WITH counted AS (${countLevel(sql, e.cell, "webhook_endpoints", limit, sql`(VALUES (1)) AS endpoint (n)`)})
+          INSERT INTO webhook_endpoints (id, tenant_id, environment, url, description, event_types, enabled,
                                          secret_ciphertext, secret_iv, secret_tag, created_by_key_id, created_at, updated_at)
-          VALUES (${e.id}, ${e.cell.tenantId}, ${e.cell.environment}, ${e.url}, ${e.description},
-                  ${[...e.eventTypes] as Array<string>}::text[], true, ${e.secret.ciphertext}, ${e.secret.iv}, ${e.secret.tag},
-                  ${e.keyId}, ${e.at}, ${e.at})
-          RETURNING ${endpointColumns}`.pipe(Rows.single(EndpointRow))
+          SELECT ${e.id}, ${e.cell.tenantId}, ${e.cell.environment}, ${e.url}, ${e.description},
+                 ${[...e.eventTypes] as Array<string>}::text[], true, ${e.secret.ciphertext}, ${e.secret.iv}, ${e.secret.tag},
+                 ${e.keyId}, ${e.at}, ${e.at}
+          WHERE EXISTS (SELECT 1 FROM counted)
+          RETURNING ${endpointColumns}`.pipe(Rows.maybe(EndpointRow))
 
     const endpoint = (cell: CellRef, id: string) =>
       sql`SELECT ${endpointColumns} FROM webhook_endpoints WHERE id = ${id} AND ${inCell(cell)}`.pipe(Rows.maybe(EndpointRow))
@@ -157,9 +164,15 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
           WHERE id = ${id} AND ${inCell(cell)}
           RETURNING ${endpointColumns}`.pipe(Rows.maybe(EndpointRow))
 
-    /** Deletes the endpoint and its deliveries (cascade); false when it is not the cell's. */
+    /**
+     * Deletes the endpoint and its deliveries (cascade) and gives its place back to the cell's
+     * `webhook_endpoints` quota; false when it is not the cell's.
+     */
     const deleteEndpoint = (cell: CellRef, id: string) =>
-      sql`DELETE FROM webhook_endpoints WHERE id = ${id} AND ${inCell(cell)} RETURNING id`.pipe(
+      sql`WITH deleted AS (
+            DELETE FROM webhook_endpoints WHERE id = ${id} AND ${inCell(cell)} RETURNING id
+          ), released AS (${releaseLevel(sql, cell, "webhook_endpoints", sql`deleted`)})
+          SELECT id FROM deleted`.pipe(
         Rows.all(Schema.Struct({ id: Schema.String })),
         Effect.map((rows) => rows.length > 0)
       )
