@@ -4,7 +4,8 @@
  * 200 five seconds later by the schedule, same `webhook-id`; a redirect is a failed attempt and is
  * not followed; replay; secret rotation (both signatures during the overlap, only the new one
  * after 24 h); the whole retry schedule to `failed`; an uncommitted event never sent; a slow
- * endpoint not delaying another. Time is TestClock's, and the retry schedule is proved on it.
+ * endpoint not delaying another; D20: an event stored once for its deliveries, the last 50
+ * attempts kept and `attempt_count`. Time is TestClock's, and the retry schedule is proved on it.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -13,9 +14,12 @@ import { afterAttempt, retryDelay, RetrySchedule } from "../src/Domain/Webhooks.
 import { verifyWebhook } from "../src/ToolServer/index.js"
 import { makeTestApp } from "./support/App.js"
 import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
-import { settle } from "./support/Waiting.js"
+import { realSleep, settle } from "./support/Waiting.js"
 import { type Receiver, startReceiver, verifies, verify } from "./support/WebhookReceiver.js"
 import { waitFor, webhookSandbox, webhookSettings } from "./support/WebhookSandbox.js"
+
+/** D20: a delivery keeps its last 50 attempts. */
+const KEPT_ATTEMPTS = 50
 
 /** Runs `body` against a fresh app on TestClock set to now (webhook timestamps then verify as sent). */
 const withApp = <A, E>(body: Effect.Effect<A, E, any>, webhooks: Parameters<typeof webhookSettings>[0] = {}) =>
@@ -323,4 +327,85 @@ describe("webhook deliveries (TestClock)", () => {
       }),
       { concurrency: 4, endpointConcurrency: 2 }
     ))
+
+  it.effect("an event is stored once for its endpoints: each delivery refers to it, its body built when sent with its own id", () =>
+    withApp(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const receivers = [yield* startReceiver(), yield* startReceiver(), yield* startReceiver()]
+      const s = yield* webhookSandbox()
+      const endpoints = yield* Effect.forEach(receivers, (r) => s.createEndpoint(r.url, ["run.succeeded"]))
+      const runId = yield* s.finishedRun()
+      for (const r of receivers) yield* waitFor(count(r), (n) => n >= 1)
+      const event = (yield* s.events(runId)).items.find((e) => e.type === "run.succeeded")
+      const stored = () =>
+        sql<{ id: string; deliveries: number }>`
+          SELECT ev.id, (SELECT count(*)::int FROM webhook_deliveries d WHERE d.event_id = ev.id) AS deliveries
+          FROM webhook_events ev WHERE ev.tenant_id = ${s.tenantId}`
+      expect(yield* stored()).toEqual([{ id: event.id, deliveries: 3 }])
+      const columns = yield* sql<{ name: string }>`
+        SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'webhook_deliveries'`
+      expect(columns.map((c) => c.name)).not.toContain("body")
+      const ids = new Set<string>()
+      for (const [i, r] of receivers.entries()) {
+        const got = r.received[0]!
+        const id = got.headers["webhook-id"]!
+        ids.add(id)
+        expect(yield* verify(endpoints[i]!.secret, got)).toEqual({
+          id,
+          type: "run.succeeded",
+          created_at: event.created_at,
+          tenant_id: s.tenantId,
+          environment: "sandbox",
+          data: event
+        })
+        // the same bytes but for the message id
+        expect(got.body.replace(id, "msg_")).toBe(
+          receivers[0]!.received[0]!.body.replace(receivers[0]!.received[0]!.headers["webhook-id"]!, "msg_")
+        )
+      }
+      expect(ids.size).toBe(3)
+      // deleting an endpoint deletes its deliveries; the event goes with the last one referring to it
+      expectSingle(yield* s.hooks("DELETE", `/webhook-endpoints/${endpoints[0]!.id}`))
+      expect(yield* stored()).toEqual([{ id: event.id, deliveries: 2 }])
+      for (const e of endpoints.slice(1)) expectSingle(yield* s.hooks("DELETE", `/webhook-endpoints/${e.id}`))
+      expect(yield* stored()).toEqual([])
+    })))
+
+  it.effect(
+    `a delivery keeps its last ${KEPT_ATTEMPTS} attempts and counts them all (D20): replays append and trim`,
+    () =>
+      withApp(Effect.gen(function*() {
+        const receiver = yield* startReceiver()
+        // attempt i is answered 200 + i: which attempts are kept shows in their status codes
+        const total = KEPT_ATTEMPTS + 2
+        for (let i = 0; i < total; i++) receiver.script.push(200 + i)
+        const s = yield* webhookSandbox()
+        yield* s.createEndpoint(receiver.url, ["run.succeeded"])
+        yield* s.finishedRun()
+        yield* waitFor(count(receiver), (n) => n >= 1)
+        const id = receiver.received[0]!.headers["webhook-id"]!
+        yield* waitFor(s.delivery(id), (d) => d.status === "succeeded")
+        const replay = s.hooks("POST", `/webhook-deliveries/${id}/replay`)
+        for (let n = 2; n <= total; n++) {
+          yield* TestClock.adjust("1 second") // the cell's rate limit (on the Clock) refills
+          let answer = yield* replay
+          // 409 until the previous attempt is recorded (a few ms after the receiver got it)
+          while (answer.status === 409) answer = yield* Effect.zipRight(realSleep(5), replay)
+          expectSingle(answer, 202)
+          while (receiver.received.length < n) yield* realSleep(5)
+        }
+        yield* waitFor(s.delivery(id), (d) => (d.attempt_count ?? d.attempts.length) === total && d.status === "succeeded")
+        expect(receiver.received).toHaveLength(total)
+        const delivery = yield* s.delivery(id)
+        expect(delivery.attempt_count).toBe(total)
+        expect(delivery.attempts).toHaveLength(KEPT_ATTEMPTS)
+        expect(delivery.attempts.map((a: any) => a.status_code)).toEqual(
+          Array.from({ length: KEPT_ATTEMPTS }, (_, i) => 200 + total - KEPT_ATTEMPTS + i)
+        )
+        const [listed] = yield* s.deliveries()
+        expect(listed).toMatchObject({ id, attempt_count: total })
+        expect(listed.attempts).toHaveLength(KEPT_ATTEMPTS)
+      })),
+    60_000
+  )
 })

@@ -1,7 +1,7 @@
 /**
  * The webhook event types (D18) beyond a run's end: `run.requires_action`, then `approval.expired`
  * (enqueued in the transaction that expires the approval) and `run.expired`; `deletion_job.succeeded`
- * (in the purge's transaction); an environment's purge deletes its endpoints and deliveries; the
+ * (in the purge's transaction); an environment's purge deletes its endpoints, events and deliveries; the
  * trigger on `run_events` enqueues exactly the run event types of the list, which are the state
  * machine's terminal events, `run.requires_action` and `run.reconciled`. TestClock; every delivery
  * verified with `standardwebhooks`.
@@ -99,17 +99,18 @@ describe("webhook event types", () => {
           const got = yield* bodies(receiver, endpoint.secret, 1)
           expect(got.get("deletion_job.succeeded")).toMatchObject({ type: "deletion_job.succeeded", data: job })
           const cellRows = Effect.map(
-            sql<{ endpoints: number; deliveries: number }>`
+            sql<{ endpoints: number; deliveries: number; events: number }>`
             SELECT (SELECT count(*)::int FROM webhook_endpoints WHERE tenant_id = ${s.tenantId}) AS endpoints,
-                   (SELECT count(*)::int FROM webhook_deliveries WHERE tenant_id = ${s.tenantId}) AS deliveries`,
+                   (SELECT count(*)::int FROM webhook_deliveries WHERE tenant_id = ${s.tenantId}) AS deliveries,
+                   (SELECT count(*)::int FROM webhook_events WHERE tenant_id = ${s.tenantId}) AS events`,
             (rows) => rows[0]!
           )
-          expect(yield* cellRows).toEqual({ endpoints: 1, deliveries: 2 })
+          expect(yield* cellRows).toEqual({ endpoints: 1, deliveries: 2, events: 2 })
 
           // the environment's deletion: purged with everything else of the cell
           expect((yield* request("DELETE", s.P, { key: admin })).status).toBe(202)
           const purged = yield* advanceUntil("1 minute", cellRows, (n) => n.endpoints === 0, 120)
-          expect(purged).toEqual({ endpoints: 0, deliveries: 0 })
+          expect(purged).toEqual({ endpoints: 0, deliveries: 0, events: 0 })
         }).pipe(Effect.scoped, Effect.provide(makeTestApp({ ...webhookSettings(), sweepIntervalSeconds: 60 })))
       }),
     60_000

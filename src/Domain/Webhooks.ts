@@ -45,6 +45,9 @@ export type DeliveryStatus = typeof DeliveryStatus.Type
 /** How long a receiver has to answer 2xx (D18): anything else, later, is a failed attempt. */
 export const DELIVERY_TIMEOUT = Duration.seconds(15)
 
+/** A delivery keeps its last this many attempts; `attempt_count` counts them all (D20). */
+export const KEPT_ATTEMPTS = 50
+
 /** While a rotated-out secret still signs deliveries, beside the new one (D18). */
 export const SECRET_OVERLAP = Duration.hours(24)
 
@@ -168,7 +171,10 @@ export const WebhookDelivery = Schema.Struct({
   event_id: Schema.String.annotations({ description: "The event announced: a run event id, or the event's own id" }),
   event_type: WebhookEventType,
   status: DeliveryStatus,
-  attempts: Schema.Array(WebhookAttempt),
+  attempts: Schema.Array(WebhookAttempt).annotations({
+    description: `The last ${KEPT_ATTEMPTS} attempts, oldest first (older ones are dropped; \`attempt_count\` counts them all)`
+  }),
+  attempt_count: Schema.Int.annotations({ description: "Every attempt made, replays included" }),
   next_attempt_at: Schema.NullOr(Timestamp),
   created_at: Timestamp
 }).annotations({ identifier: "WebhookDelivery" })

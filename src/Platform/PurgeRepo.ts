@@ -13,7 +13,9 @@ export const CELL_TABLES = [
   // a schedule's firings name its runs, and the schedule its last run: both go before the runs
   "schedule_firings",
   "schedules",
+  // deliveries before the events they refer to (D20: an event is stored once for its deliveries)
   "webhook_deliveries",
+  "webhook_events",
   "webhook_endpoints",
   // a file's chunks go with it (ON DELETE CASCADE); run outputs name their run
   "files",

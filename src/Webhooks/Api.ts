@@ -110,7 +110,8 @@ export class WebhookDeliveriesApi extends HttpApiGroup.make("webhook-deliveries"
   .annotate(
     OpenApi.Description,
     "One delivery per event and subscribed endpoint, with its attempts: retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h " +
-      "and 10 h, then `failed`; a replay sends it again with the same `webhook-id`."
+      "and 10 h, then `failed`; a replay sends it again with the same `webhook-id`. A delivery shows its last 50 attempts and " +
+      "`attempt_count`, every attempt made."
   )
   .add(
     HttpApiEndpoint.get("listWebhookDeliveries")`/v1/tenants/${tenantId}/environments/${environment}/webhook-deliveries`
@@ -124,6 +125,11 @@ export class WebhookDeliveriesApi extends HttpApiGroup.make("webhook-deliveries"
     HttpApiEndpoint.get("getWebhookDelivery")`/v1/tenants/${tenantId}/environments/${environment}/webhook-deliveries/${deliveryId}`
       .annotate(OpenApi.Summary, "Get a webhook delivery")
       .addSuccess(Single(WebhookDelivery))
+      .annotate(
+        OpenApi.Description,
+        "The delivery with its last 50 attempts, oldest first (older ones are dropped as new ones come), and `attempt_count`, " +
+          "every attempt made, replays included."
+      )
       .annotate(RequiredScopes, ["webhooks:read"])
   )
   .add(

@@ -1,13 +1,14 @@
 /**
- * SQL of webhook endpoints and deliveries (D11, D18): the outbox (migration 0011). Rows decoded; no
- * service logic. `enqueue` announces an event in the caller's transaction (run events are enqueued
- * by a trigger on `run_events`); `claim`, `record` and `nextDue` are the delivery worker's.
+ * SQL of webhook endpoints and deliveries (D11, D18): the outbox (migrations 0011, 0024). Rows
+ * decoded; no service logic. `enqueue` announces an event in the caller's transaction (run events
+ * are enqueued by a trigger on `run_events`): the event stored once (`webhook_events`), one small
+ * row per delivery; `claim`, `record` and `nextDue` are the delivery worker's.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
-import { DeliveryStatus, WebhookEventType } from "../Domain/Webhooks.js"
+import { DeliveryStatus, KEPT_ATTEMPTS, WebhookEventType } from "../Domain/Webhooks.js"
 import type { WebhookAttempt, WebhookEventType as EventType } from "../Domain/Webhooks.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
@@ -43,6 +44,7 @@ export const DeliveryRow = Schema.Struct({
   event_type: WebhookEventType,
   status: DeliveryStatus,
   attempts: Schema.Array(AttemptRow),
+  attempt_count: Schema.Number,
   failures: Schema.Number,
   replay: Schema.Boolean,
   next_attempt_at: Rows.TimeOrNull,
@@ -67,6 +69,7 @@ export const ClaimedRow = Schema.Struct({
   environment: EnvironmentName,
   endpoint_id: Schema.String,
   event_type: Schema.String,
+  /** the exact bytes signed and sent, built from the stored event when claimed */
   body: Schema.String,
   failures: Schema.Number,
   replay: Schema.Boolean,
@@ -165,13 +168,19 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
           RETURNING ${endpointColumns}`.pipe(Rows.maybe(EndpointRow))
 
     /**
-     * Deletes the endpoint and its deliveries (cascade) and gives its place back to the cell's
-     * `webhook_endpoints` quota; false when it is not the cell's.
+     * Deletes the endpoint and its deliveries (cascade), the events no other endpoint's delivery
+     * refers to, and gives its place back to the cell's `webhook_endpoints` quota; false when it is
+     * not the cell's.
      */
     const deleteEndpoint = (cell: CellRef, id: string) =>
       sql`WITH deleted AS (
             DELETE FROM webhook_endpoints WHERE id = ${id} AND ${inCell(cell)} RETURNING id
-          ), released AS (${releaseLevel(sql, cell, "webhook_endpoints", sql`deleted`)})
+          ), released AS (${releaseLevel(sql, cell, "webhook_endpoints", sql`deleted`)}),
+          orphaned AS (
+            DELETE FROM webhook_events ev
+            WHERE ev.id IN (SELECT d.event_id FROM webhook_deliveries d WHERE d.endpoint_id IN (SELECT id FROM deleted))
+              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o WHERE o.event_id = ev.id AND o.endpoint_id <> ${id})
+          )
           SELECT id FROM deleted`.pipe(
         Rows.all(Schema.Struct({ id: Schema.String })),
         Effect.map((rows) => rows.length > 0)
@@ -179,8 +188,8 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
 
     // ---- deliveries ----------------------------------------------------------------------------
     const deliveryColumns = sql.literal(
-      `id, tenant_id, environment, endpoint_id, event_id, event_type, status, attempts, failures, replay, next_attempt_at,
-       lease_until, created_at`
+      `id, tenant_id, environment, endpoint_id, event_id, event_type, status, attempts, attempt_count, failures, replay,
+       next_attempt_at, lease_until, created_at`
     )
 
     const delivery = (cell: CellRef, id: string) =>
@@ -213,8 +222,9 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
       )
 
     /**
-     * Announces an event in the caller's transaction: one delivery per enabled endpoint of the cell
-     * subscribed to its type, with its body (`data` as given), and a notification at commit.
+     * Announces an event in the caller's transaction: the event stored once (`data` as given) and
+     * one delivery per enabled endpoint of the cell subscribed to its type, and a notification at
+     * commit; nothing when no endpoint subscribes.
      */
     const enqueue = (event: {
       readonly cell: CellRef
@@ -231,7 +241,8 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
      * Leases up to `limit` due deliveries of enabled endpoints (`FOR UPDATE SKIP LOCKED`: processes
      * share the work), at most `perEndpoint` in flight per endpoint counting every live lease.
      * A delivery whose lease ran out unrecorded gets that attempt recorded as an unknown outcome
-     * (a failure) as it is claimed again.
+     * (a failure) as it is claimed again. The body is built from the stored event: the expression
+     * `webhook_enqueue` stored bodies with before migration 0024, so the same bytes.
      */
     const claim = (at: Date, options: { limit: number; perEndpoint: number; leaseUntil: Date; token: string }) =>
       sql`
@@ -254,20 +265,27 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
         )
         UPDATE webhook_deliveries d SET
           lease_token = ${options.token}, leased_at = ${at}, lease_until = ${options.leaseUntil},
-          attempts = CASE WHEN claimed.unrecorded_at IS NULL THEN d.attempts ELSE d.attempts || jsonb_build_array(
+          attempts = CASE WHEN claimed.unrecorded_at IS NULL THEN d.attempts ELSE webhook_last_attempts(d.attempts || jsonb_build_array(
             jsonb_build_object('at', webhook_time(claimed.unrecorded_at), 'status_code', NULL, 'duration_ms', NULL,
-                               'error', ${UNKNOWN_OUTCOME}::text)) END,
+                               'error', ${UNKNOWN_OUTCOME}::text)), ${KEPT_ATTEMPTS}) END,
+          attempt_count = d.attempt_count + CASE WHEN claimed.unrecorded_at IS NULL THEN 0 ELSE 1 END,
           failures = d.failures + CASE WHEN claimed.unrecorded_at IS NULL THEN 0 ELSE 1 END
-        FROM claimed, webhook_endpoints e
-        WHERE d.id = claimed.id AND e.id = d.endpoint_id
-        RETURNING d.id, d.tenant_id, d.environment, d.endpoint_id, d.event_type, d.body, d.failures, d.replay, e.url,
-                  e.secret_ciphertext, e.secret_iv, e.secret_tag, e.previous_secret_ciphertext, e.previous_secret_iv,
-                  e.previous_secret_tag, e.previous_secret_expires_at`.pipe(Rows.all(ClaimedRow))
+        FROM claimed, webhook_endpoints e, webhook_events ev
+        WHERE d.id = claimed.id AND e.id = d.endpoint_id AND ev.id = d.event_id
+        RETURNING d.id, d.tenant_id, d.environment, d.endpoint_id, d.event_type,
+                  json_build_object('id', d.id, 'type', ev.type, 'created_at', webhook_time(ev.created_at),
+                                    'tenant_id', ev.tenant_id, 'environment', ev.environment, 'data', ev.data)::text AS body,
+                  d.failures, d.replay, e.url, e.secret_ciphertext, e.secret_iv, e.secret_tag, e.previous_secret_ciphertext,
+                  e.previous_secret_iv, e.previous_secret_tag, e.previous_secret_expires_at`.pipe(Rows.all(ClaimedRow))
 
-    /** Records an attempt and what follows, if the lease `token` is still the delivery's (else false). */
+    /**
+     * Records an attempt and what follows, if the lease `token` is still the delivery's (else
+     * false): the attempt appended, the oldest dropped past KEPT_ATTEMPTS, `attempt_count` + 1.
+     */
     const record = (id: string, token: string, r: AttemptRecord) =>
       sql`UPDATE webhook_deliveries SET
-            attempts = attempts || ${JSON.stringify([r.attempt])}::jsonb,
+            attempts = webhook_last_attempts(attempts || ${JSON.stringify([r.attempt])}::jsonb, ${KEPT_ATTEMPTS}),
+            attempt_count = attempt_count + 1,
             status = ${r.status}, failures = ${r.failures}, replay = false, next_attempt_at = ${r.nextAttemptAt},
             lease_token = NULL, leased_at = NULL, lease_until = NULL
           WHERE id = ${id} AND lease_token = ${token}
@@ -324,6 +342,7 @@ export const toDelivery = (r: DeliveryRow) => ({
   event_type: r.event_type,
   status: r.status,
   attempts: r.attempts,
+  attempt_count: r.attempt_count,
   next_attempt_at: r.next_attempt_at === null ? null : toIso(r.next_attempt_at),
   created_at: toIso(r.created_at)
 })
