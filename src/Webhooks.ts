@@ -6,8 +6,8 @@
  * signatures. An environment has at most its `webhook_endpoints` quota of endpoints (D20: 16 by
  * default; 429 `quota_exceeded` past it). Deliveries are written with the event they announce (an
  * outbox: src/Webhooks/Repo.ts, migrations 0011 and 0024: the event stored once, its deliveries
- * referring to it) and sent by the delivery worker (src/Webhooks/Worker.ts); a replay is a new
- * attempt of the same delivery, with the same `webhook-id`.
+ * referring to it) and sent by the delivery worker (src/Webhooks/Worker.ts), fairly across
+ * environments; a replay is a new attempt of the same delivery, with the same `webhook-id`.
  */
 import { randomBytes } from "node:crypto"
 

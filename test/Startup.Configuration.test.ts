@@ -26,7 +26,7 @@ describe("configuration", () => {
         cellIdleTimeoutSeconds: 600,
         dbPoolSize: 20,
         dbPreparedStatements: 200,
-        webhooks: { concurrency: 32, endpointConcurrency: 4, leaseSeconds: 60, pollSeconds: 30 }
+        webhooks: { concurrency: 32, endpointConcurrency: 4, cellConcurrency: 8, leaseSeconds: 60, pollSeconds: 30 }
       })
       expect(Option.isNone(s.databaseUrl)).toBe(true)
       expect(Option.isNone(s.operatorToken)).toBe(true)

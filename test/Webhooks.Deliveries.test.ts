@@ -4,8 +4,9 @@
  * 200 five seconds later by the schedule, same `webhook-id`; a redirect is a failed attempt and is
  * not followed; replay; secret rotation (both signatures during the overlap, only the new one
  * after 24 h); the whole retry schedule to `failed`; an uncommitted event never sent; a slow
- * endpoint not delaying another; D20: an event stored once for its deliveries, the last 50
- * attempts kept and `attempt_count`. Time is TestClock's, and the retry schedule is proved on it.
+ * endpoint not delaying another; D20: an event stored once for its deliveries, an environment's
+ * hanging endpoints not delaying another environment's first attempt, the last 50 attempts kept
+ * and `attempt_count`. Time is TestClock's, and the retry schedule is proved on it.
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -370,6 +371,37 @@ describe("webhook deliveries (TestClock)", () => {
       for (const e of endpoints.slice(1)) expectSingle(yield* s.hooks("DELETE", `/webhook-endpoints/${e.id}`))
       expect(yield* stored()).toEqual([])
     })))
+
+  it.effect(
+    "one environment's hanging endpoints and backlog do not delay another environment's first attempt (D20: within 5 s)",
+    () =>
+      withApp(
+        Effect.gen(function*() {
+          const hanging = yield* startReceiver("hang")
+          const fast = yield* startReceiver()
+          const a = yield* webhookSandbox()
+          for (let i = 0; i < 3; i++) yield* a.createEndpoint(`${hanging.url}?endpoint=${i}`, ["run.succeeded"])
+          for (let i = 0; i < 3; i++) yield* a.finishedRun(`run ${i}`)
+          // nine deliveries due in A, each endpoint could take two of the process's four slots
+          yield* waitFor(Effect.sync(() => hanging.hanging()), (n) => n >= 2)
+          yield* quiet
+          expect(yield* a.deliveries("?status=pending")).toHaveLength(9)
+
+          const b = yield* webhookSandbox()
+          const endpoint = yield* b.createEndpoint(fast.url, ["run.succeeded"])
+          yield* b.finishedRun()
+          // TestClock does not move: no attempt of A's times out to make room
+          yield* waitFor(count(fast), (n) => n >= 1)
+          expect(fast.received).toHaveLength(1)
+          yield* verify(endpoint.secret, fast.received[0]!)
+          const [delivery] = yield* waitFor(b.deliveries(), (ds) => ds[0]?.status === "succeeded")
+          expect(Date.parse(delivery!.attempts[0].at) - Date.parse(delivery!.created_at)).toBeLessThanOrEqual(5000)
+          // A held its environment's two slots (WEBHOOK_CELL_CONCURRENCY), no more
+          expect(hanging.hanging()).toBe(2)
+        }),
+        { concurrency: 4, endpointConcurrency: 2, cellConcurrency: 2 }
+      )
+  )
 
   it.effect(
     `a delivery keeps its last ${KEPT_ATTEMPTS} attempts and counts them all (D20): replays append and trim`,

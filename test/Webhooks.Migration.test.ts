@@ -84,6 +84,7 @@ describe("migration 0024: webhook events stored once", () => {
           const claimed = yield* repo.claim(now, {
             limit: 10,
             perEndpoint: 10,
+            perCell: 10,
             leaseUntil: new Date(now.getTime() + 60_000),
             token: "t"
           })

@@ -149,7 +149,7 @@ export interface AppConfigShape {
   readonly tools: ToolConfig
   /** the HTTP edge: request limits, server timeouts, the rate limit of requests without a valid key (D19) */
   readonly edge: EdgeConfig
-  /** webhook deliveries (D18): how many are in flight, per endpoint and per process, their lease, the fallback poll */
+  /** webhook deliveries (D18, D20): how many are in flight, per process, endpoint and environment, their lease, the fallback poll */
   readonly webhooks: WebhookConfig
   /** schedules (D15): the scheduler's longest sleep (it wakes at the earliest next_run_at, at most this much later) */
   readonly schedules: ScheduleConfig
@@ -193,6 +193,12 @@ export interface WebhookConfig {
   readonly concurrency: number
   /** deliveries in flight at once to one endpoint (every process's live leases counted when claiming) */
   readonly endpointConcurrency: number
+  /**
+   * deliveries in flight at once for one environment (cell; every process's live leases counted),
+   * so one environment's slow or failing endpoints hold at most this many of a process's slots and
+   * the others' deliveries find free ones (D20); keep it well below `concurrency`
+   */
+  readonly cellConcurrency: number
   /**
    * how long a claimed delivery is held: longer than an attempt (15 s) and its recording; past it,
    * an unrecorded attempt (its process died) counts as an unknown outcome and the delivery is sent again
@@ -288,6 +294,7 @@ const positive = (name: string, fallback: number) =>
 export const defaultWebhookConfig: WebhookConfig = {
   concurrency: 32,
   endpointConcurrency: 4,
+  cellConcurrency: 8,
   leaseSeconds: 60,
   pollSeconds: 30
 }
@@ -419,6 +426,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     webhooks: Config.all({
       concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),
       endpointConcurrency: bounded("WEBHOOK_ENDPOINT_CONCURRENCY", 4, 1000),
+      cellConcurrency: bounded("WEBHOOK_CELL_CONCURRENCY", 8, 10_000),
       leaseSeconds: bounded("WEBHOOK_LEASE_SECONDS", 60, 86_400).pipe(
         Config.validate({ message: "WEBHOOK_LEASE_SECONDS must be at least 16 (an attempt takes up to 15 s)", validation: (n) => n >= 16 })
       ),

@@ -111,7 +111,8 @@ export class WebhookDeliveriesApi extends HttpApiGroup.make("webhook-deliveries"
     OpenApi.Description,
     "One delivery per event and subscribed endpoint, with its attempts: retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h " +
       "and 10 h, then `failed`; a replay sends it again with the same `webhook-id`. A delivery shows its last 50 attempts and " +
-      "`attempt_count`, every attempt made."
+      "`attempt_count`, every attempt made. Deliveries are sent fairly across environments: one environment's slow or " +
+      "failing endpoints never delay another's first attempt by more than 5 s."
   )
   .add(
     HttpApiEndpoint.get("listWebhookDeliveries")`/v1/tenants/${tenantId}/environments/${environment}/webhook-deliveries`

@@ -239,24 +239,60 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
     // ---- the worker -----------------------------------------------------------------------------
     /**
      * Leases up to `limit` due deliveries of enabled endpoints (`FOR UPDATE SKIP LOCKED`: processes
-     * share the work), at most `perEndpoint` in flight per endpoint counting every live lease.
-     * A delivery whose lease ran out unrecorded gets that attempt recorded as an unknown outcome
-     * (a failure) as it is claimed again. The body is built from the stored event: the expression
+     * share the work), fairly across cells (D20): at most `perEndpoint` in flight per endpoint and
+     * `perCell` per cell (environment), counting every live lease, taken in turns: each cell's
+     * first delivery before any cell's second (fewest in flight first), and within a cell each
+     * endpoint's before any endpoint's second, oldest first within a turn. So one cell's backlog
+     * of slow or failing endpoints holds at most `perCell` of the slots and waits behind the others'
+     * first attempts.
+     *
+     * It reads per endpoint, never the whole backlog (indexes of migration 0024): the endpoints
+     * with pending deliveries by a loose index scan of `webhook_deliveries_pending` (one descent
+     * each), then each one's oldest due deliveries up to its room (a range scan that stops there),
+     * and the live leases from `webhook_deliveries_leased`.
+     *
+     * A delivery whose lease ran out unrecorded gets that attempt recorded as an unknown outcome (a
+     * failure) as it is claimed again. The body is built from the stored event: the expression
      * `webhook_enqueue` stored bodies with before migration 0024, so the same bytes.
      */
-    const claim = (at: Date, options: { limit: number; perEndpoint: number; leaseUntil: Date; token: string }) =>
+    const claim = (
+      at: Date,
+      options: { limit: number; perEndpoint: number; perCell: number; leaseUntil: Date; token: string }
+    ) =>
       sql`
-        WITH candidates AS (
-          SELECT d.id, d.next_attempt_at,
-                 row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS rank,
-                 (SELECT count(*) FROM webhook_deliveries l
-                  WHERE l.endpoint_id = d.endpoint_id AND l.status = 'pending' AND l.lease_until > ${at}) AS in_flight
-          FROM webhook_deliveries d
-          JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
-          WHERE d.status = 'pending' AND d.next_attempt_at <= ${at} AND (d.lease_until IS NULL OR d.lease_until <= ${at})
+        WITH RECURSIVE busy (endpoint_id) AS (
+          (SELECT endpoint_id FROM webhook_deliveries WHERE status = 'pending' ORDER BY endpoint_id LIMIT 1)
+          UNION ALL
+          SELECT (SELECT d.endpoint_id FROM webhook_deliveries d
+                  WHERE d.status = 'pending' AND d.endpoint_id > busy.endpoint_id ORDER BY d.endpoint_id LIMIT 1)
+          FROM busy WHERE busy.endpoint_id IS NOT NULL
+        ), leased AS (
+          SELECT endpoint_id, tenant_id, environment FROM webhook_deliveries WHERE lease_until > ${at}
+        ), endpoint_load AS (
+          SELECT endpoint_id, count(*) AS n FROM leased GROUP BY endpoint_id
+        ), cell_load AS (
+          SELECT tenant_id, environment, count(*) AS n FROM leased GROUP BY tenant_id, environment
+        ), candidates AS (
+          SELECT due.id, e.tenant_id, e.environment, due.next_attempt_at,
+                 COALESCE(l.n, 0) + row_number() OVER (PARTITION BY e.id ORDER BY due.next_attempt_at, due.id) AS endpoint_turn
+          FROM busy
+          JOIN webhook_endpoints e ON e.id = busy.endpoint_id AND e.enabled
+          LEFT JOIN endpoint_load l ON l.endpoint_id = e.id
+          CROSS JOIN LATERAL (
+            SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+            WHERE d.endpoint_id = e.id AND d.status = 'pending' AND d.next_attempt_at <= ${at}
+              AND (d.lease_until IS NULL OR d.lease_until <= ${at})
+            ORDER BY d.next_attempt_at, d.id
+            LIMIT GREATEST(${options.perEndpoint} - COALESCE(l.n, 0), 0)
+          ) due
+        ), turns AS (
+          SELECT c.id, c.next_attempt_at,
+                 COALESCE(l.n, 0) + row_number() OVER (
+                   PARTITION BY c.tenant_id, c.environment ORDER BY c.endpoint_turn, c.next_attempt_at, c.id) AS turn
+          FROM candidates c
+          LEFT JOIN cell_load l ON l.tenant_id = c.tenant_id AND l.environment = c.environment
         ), picked AS (
-          SELECT id FROM candidates WHERE rank + in_flight <= ${options.perEndpoint}
-          ORDER BY next_attempt_at, id LIMIT ${options.limit}
+          SELECT id FROM turns WHERE turn <= ${options.perCell} ORDER BY turn, next_attempt_at, id LIMIT ${options.limit}
         ), claimed AS (
           SELECT d.id, d.leased_at AS unrecorded_at FROM webhook_deliveries d
           WHERE d.id IN (SELECT id FROM picked) AND d.status = 'pending'
@@ -294,10 +330,15 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
         Effect.map((rows) => rows.length > 0)
       )
 
-    /** The next time after `at` a pending delivery becomes due (its next attempt, or its lease running out). */
+    /**
+     * The next time after `at` a pending delivery becomes due: its next attempt, or its lease
+     * running out (a leased delivery's next attempt is never later than its lease). Two index
+     * reads (`webhook_deliveries_due`, `webhook_deliveries_leased`).
+     */
     const nextDue = (at: Date) =>
-      sql`SELECT min(GREATEST(next_attempt_at, lease_until)) AS due FROM webhook_deliveries
-          WHERE status = 'pending' AND (next_attempt_at > ${at} OR lease_until > ${at})`.pipe(
+      sql`SELECT LEAST(
+            (SELECT min(next_attempt_at) FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at > ${at}),
+            (SELECT min(lease_until) FROM webhook_deliveries WHERE lease_until > ${at})) AS due`.pipe(
         Rows.single(Schema.Struct({ due: Rows.TimeOrNull })),
         Effect.map((r) => r.due ?? undefined)
       )

@@ -2,9 +2,11 @@
  * The delivery worker (D11, D18): one loop per process sends the outbox's due deliveries.
  *
  * - Claim: a short transaction leases due deliveries (`FOR UPDATE SKIP LOCKED`, so processes share
- *   the work; `WebhooksRepo.claim`), at most WEBHOOK_CONCURRENCY in flight in this process and
- *   WEBHOOK_ENDPOINT_CONCURRENCY per endpoint, so a slow or dead endpoint holds a few slots and
- *   never delays the others. No transaction is open during the HTTP call.
+ *   the work; `WebhooksRepo.claim`), at most WEBHOOK_CONCURRENCY in flight in this process,
+ *   WEBHOOK_ENDPOINT_CONCURRENCY per endpoint and WEBHOOK_CELL_CONCURRENCY per environment, taken
+ *   in turns across environments (each one's first before any one's second), so a slow or dead
+ *   endpoint, or an environment full of them, holds a few slots and never delays the others' first
+ *   attempts (D20). No transaction is open during the HTTP call.
  * - Send, then record the attempt under the lease (`record`): success, or the next attempt per
  *   the retry schedule (src/Domain/Webhooks.ts), or `failed` after the last.
  * - A process that dies mid-attempt leaves its lease: once it runs out, any process claims the
@@ -113,6 +115,7 @@ const worker = Effect.gen(function*() {
     const claimed = yield* repo.claim(new Date(at), {
       limit: free,
       perEndpoint: config.endpointConcurrency,
+      perCell: config.cellConcurrency,
       leaseUntil: new Date(at + config.leaseSeconds * 1000),
       token
     })

@@ -2,7 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Webhooks bounded per tenant (D20, issue 35): the event stored once, attempts capped.
+ * Webhooks bounded per tenant (D20, issue 35): the event stored once, attempts capped, claims fair
+ * across environments.
  *
  * - `webhook_events`: an announced event's payload, once (`data` as `json`, its text kept as
  *   given), referenced by its deliveries (`webhook_deliveries.event_id`, deleted with it). A
@@ -16,8 +17,17 @@ import { Effect } from "effect"
  *   per-endpoint work is that row, not a copy of up to 100,000 characters of the event.
  * - `webhook_deliveries.attempt_count`: every attempt made; `attempts` keeps the last 50
  *   (`webhook_last_attempts`), existing ones trimmed.
- * - `webhook_deliveries_event (event_id)`: an event's deliveries (the reference, the cleanup of
- *   an endpoint's deletion); `webhook_events_cell (tenant_id, environment)`: the purge.
+ * - Indexes of the fair claim (src/Webhooks/Repo.ts `claim`), which reads per endpoint, never the
+ *   whole backlog:
+ *   - `webhook_deliveries_pending (endpoint_id, next_attempt_at, id) WHERE pending`: the endpoints
+ *     with pending deliveries, found by a loose index scan (one descent per endpoint, however long
+ *     its backlog), and each one's oldest due deliveries (a range scan that stops after the few it
+ *     may take);
+ *   - `webhook_deliveries_leased (lease_until) WHERE lease_until IS NOT NULL`: the live leases
+ *     (at most the processes' WEBHOOK_CONCURRENCY), counted per endpoint and per environment; also
+ *     the next lease to run out for the worker's wake-up;
+ *   - `webhook_deliveries_event (event_id)`: an event's deliveries (the reference, the cleanup
+ *     of an endpoint's deletion); `webhook_events_cell (tenant_id, environment)`: the purge.
  */
 export default Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -50,6 +60,9 @@ export default Effect.gen(function*() {
     UPDATE webhook_deliveries SET attempt_count = jsonb_array_length(attempts), attempts = webhook_last_attempts(attempts, 50)
     WHERE jsonb_array_length(attempts) > 0`
   yield* sql`CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_id)`
+  yield* sql`
+    CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (endpoint_id, next_attempt_at, id) WHERE status = 'pending'`
+  yield* sql`CREATE INDEX webhook_deliveries_leased ON webhook_deliveries (lease_until) WHERE lease_until IS NOT NULL`
   yield* sql`
     CREATE OR REPLACE FUNCTION webhook_enqueue(p_tenant text, p_environment text, p_type text, p_event_id text, p_at timestamptz, p_data json)
     RETURNS integer LANGUAGE plpgsql AS $fn$
