@@ -10,7 +10,8 @@
  * scripts/bench/runpath.ts: scripted runs end to end, admission, GET run, per-run CPU, statements
  * and write transactions, cost flat as the data grows. scripts/bench/streams.ts: SSE latency with
  * 1,000 streams and memory per idle stream with 10,000. `npm run bench:inprocess` keeps the
- * earlier in-process set; bench:bodies and bench:files measure the body limits and files.
+ * earlier in-process set; bench:bodies and bench:files measure the body limits and files,
+ * bench:webhooks the fairness of webhook deliveries across environments (D20).
  */
 import { execFileSync } from "node:child_process"
 
