@@ -9,7 +9,7 @@ import { AgentsApi, ModelProfilesApi, RevisionsApi, WorkspacesApi } from "./Agen
 import { ApprovalsApi } from "./Approvals/Api.js"
 import { AuditApi } from "./Audit/Api.js"
 import { describeOperations } from "./Edge/OpenApiDoc.js"
-import { EnvironmentSettingsApi } from "./EnvironmentSettings/Api.js"
+import { EnvironmentSettingsApi, OperatorSettingsApi } from "./EnvironmentSettings/Api.js"
 import { FilesApi } from "./Files/Api.js"
 import {
   AuthenticationError,
@@ -64,6 +64,7 @@ const base = HttpApi.make("agent-platform")
   .add(OperatorApi)
   .add(OperatorProductionRequestsApi)
   .add(OperatorQuotasApi)
+  .add(OperatorSettingsApi)
 
 export class Api extends base
   .addError(InvalidRequestError)

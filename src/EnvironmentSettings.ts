@@ -1,27 +1,39 @@
 /**
- * Environment settings (D9, D16): the tenant's identity provider (whose assertions make actor
+ * Environment settings (D9, D16, D20): the tenant's identity provider (whose assertions make actor
  * sessions), the default model profile (a revision created without `model_profile_id` uses it; it
- * must be a profile of the environment) and how many days audit entries are kept. A JWKS URL is a
- * customer destination: refused at once unless public HTTPS (D10), and fetched through the guarded
- * dispatcher.
+ * must be a profile of the environment), how many days audit entries are kept, and the shortest
+ * interval a schedule may fire at. A JWKS URL is a customer destination: refused at once unless
+ * public HTTPS (D10), and fetched through the guarded dispatcher.
+ *
+ * A key may raise the audit retention, never lower it (403 `retention_lowering_forbidden`): the
+ * log of what a key did must not be erasable by a key. The operator sets the retention (7..3650)
+ * and `schedule_min_interval_seconds` (1..3600) on the operator plane.
  */
 import { Clock, Effect } from "effect"
 import { createLocalJWKSet, type JSONWebKeySet } from "jose"
 
 import { Agents } from "./Agents.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { DEFAULT_AUDIT_RETENTION_DAYS, type IdentityProvider, type UpdateSettings } from "./Domain/EnvironmentSettings.js"
+import {
+  DEFAULT_AUDIT_RETENTION_DAYS,
+  DEFAULT_SCHEDULE_MIN_INTERVAL_SECONDS,
+  type IdentityProvider,
+  type OperatorUpdateSettings,
+  type Settings,
+  type UpdateSettings
+} from "./Domain/EnvironmentSettings.js"
 import { EnvironmentSettingsRepo, type SettingsRow } from "./EnvironmentSettings/Repo.js"
-import { invalid } from "./Kernel/Errors.js"
+import { forbidden, invalid, notFound } from "./Kernel/Errors.js"
 import { toIso } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { Destinations } from "./Outbound/Destinations.js"
 
-const toSettings = (row: SettingsRow | undefined) => ({
+const toSettings = (row: SettingsRow | undefined): Settings => ({
   object: "settings" as const,
   identity_provider: row?.identity_provider ?? null,
   default_model_profile_id: row?.default_model_profile_id ?? null,
   audit_retention_days: row?.audit_retention_days ?? DEFAULT_AUDIT_RETENTION_DAYS,
+  schedule_min_interval_seconds: row?.schedule_min_interval_seconds ?? DEFAULT_SCHEDULE_MIN_INTERVAL_SECONDS,
   updated_at: row === undefined ? null : toIso(row.updated_at)
 })
 
@@ -30,6 +42,8 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
     const repo = yield* EnvironmentSettingsRepo
     const destinations = yield* Destinations
     const agents = yield* Agents
+
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const get = (cell: CellRef) => Effect.map(repo.settings(cell), toSettings)
 
@@ -69,7 +83,34 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
           )
         }
         if (Object.keys(body).length === 0) return yield* get(p)
-        return toSettings(yield* repo.update(p, body, new Date(yield* Clock.currentTimeMillis)))
+        const row = yield* repo.update(p, body, yield* now, { raiseOnly: true })
+        if (row === undefined) {
+          const current = (yield* get(p)).audit_retention_days
+          return yield* forbidden(
+            "retention_lowering_forbidden",
+            `A key may raise audit_retention_days, never lower it: it is ${current} days here; the operator can lower it`
+          )
+        }
+        return toSettings(row)
+      })
+
+    /** The operator's view of a live environment's settings (404 for any other). */
+    const live = (tenantId: string, environment: CellRef["environment"]) =>
+      Effect.gen(function*() {
+        const cell = { tenantId, environment }
+        if (!(yield* repo.live(cell))) return yield* notFound("environment", "environment")
+        return cell
+      })
+
+    const operatorGet = (tenantId: string, environment: CellRef["environment"]) => Effect.flatMap(live(tenantId, environment), get)
+
+    /** The operator's change: any value in range, lower or higher (the pipeline audits it). */
+    const operatorUpdate = (tenantId: string, environment: CellRef["environment"], body: OperatorUpdateSettings) =>
+      Effect.gen(function*() {
+        const cell = yield* live(tenantId, environment)
+        if (Object.keys(body).length === 0) return yield* get(cell)
+        const row = yield* repo.update(cell, body, yield* now, { raiseOnly: false })
+        return row === undefined ? yield* Effect.dieMessage("an operator's settings change wrote no row") : toSettings(row)
       })
 
     /** The environment's identity provider, if one is set. */
@@ -78,7 +119,10 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
     return {
       get: (cell: CellRef) => dieOnSqlError(get(cell)),
       update: (p: Principal, body: UpdateSettings) => dieOnSqlError(update(p, body)),
-      identityProvider: (cell: CellRef) => dieOnSqlError(identityProvider(cell))
+      identityProvider: (cell: CellRef) => dieOnSqlError(identityProvider(cell)),
+      operatorGet: (tenantId: string, environment: CellRef["environment"]) => dieOnSqlError(operatorGet(tenantId, environment)),
+      operatorUpdate: (tenantId: string, environment: CellRef["environment"], body: OperatorUpdateSettings) =>
+        dieOnSqlError(operatorUpdate(tenantId, environment, body))
     } as const
   }),
   dependencies: [EnvironmentSettingsRepo.Default, Destinations.Default, Agents.Default]

@@ -26,7 +26,7 @@ import { ROUTES } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
-import { EnvironmentSettingsLive } from "./EnvironmentSettings/Http.js"
+import { EnvironmentSettingsLive, OperatorSettingsLive } from "./EnvironmentSettings/Http.js"
 import { Files } from "./Files.js"
 import { FilesLive } from "./Files/Http.js"
 import { Memory } from "./Memory.js"
@@ -95,7 +95,8 @@ const GroupsLive = Layer.mergeAll(
   SystemLive,
   OperatorLive,
   OperatorProductionRequestsLive,
-  OperatorQuotasLive
+  OperatorQuotasLive,
+  OperatorSettingsLive
 )
 
 export const ApiLive = HttpApiBuilder.api(Api).pipe(

@@ -1,7 +1,10 @@
 /**
- * Environment settings (D16) over real HTTP: the defaults, `audit_retention_days` (1..3650),
+ * Environment settings (D16, D20) over real HTTP: the defaults, `audit_retention_days` (7..3650, a
+ * key raises it and is refused lowering it: 403 `retention_lowering_forbidden`, nothing changed),
  * `default_model_profile_id` (a profile of this environment, used by revisions created without
- * `model_profile_id`), one field changed leaving the others, and the settings scopes.
+ * `model_profile_id`), one field changed leaving the others, the settings scopes; the operator's
+ * settings PATCH (`audit_retention_days` 7..3650 either way, `schedule_min_interval_seconds`
+ * 1..3600, a strict body; also as the CLI's `set-setting`), audited as an operator action.
  */
 import { createHash } from "node:crypto"
 
@@ -9,8 +12,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { canonicalJson } from "../src/Kernel/Json.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, request } from "./support/Client.js"
-import { expectError, expectErrorCode, expectSingle } from "./support/Envelopes.js"
+import { cli } from "./support/Cli.js"
+import { createKey, operator, request } from "./support/Client.js"
+import { expectError, expectErrorCode, expectList, expectSingle } from "./support/Envelopes.js"
 import { AGENT_SCOPES, agentFixture, sandboxWithKey, scriptedProfile } from "./support/Sandboxes.js"
 
 const SETTINGS_SCOPES = ["settings:read", "settings:write", ...AGENT_SCOPES]
@@ -18,7 +22,7 @@ const JWKS = { keys: [{ kty: "OKP", crv: "Ed25519", x: "11qYAYKxCrfVS_7TyWQHOg7h
 const IDP = { issuer: "https://idp.acme.test", audience: "agent-platform", jwks: JWKS }
 
 describe("environment settings (D16)", () => {
-  it.live("defaults; audit_retention_days 1..3650; a field changed leaves the others", () =>
+  it.live("defaults; audit_retention_days 7..3650; a field changed leaves the others", () =>
     Effect.gen(function*() {
       const sb = yield* sandboxWithKey(SETTINGS_SCOPES)
       const get = Effect.map(request("GET", `${sb.P}/settings`, { key: sb.manager }), (r) => expectSingle(r))
@@ -29,19 +33,28 @@ describe("environment settings (D16)", () => {
         identity_provider: null,
         default_model_profile_id: null,
         audit_retention_days: 90,
+        schedule_min_interval_seconds: 60,
         updated_at: null
       })
       expect(expectSingle(yield* patch({ identity_provider: IDP })).audit_retention_days).toBe(90)
-      const changed = expectSingle(yield* patch({ audit_retention_days: 30 }))
-      expect(changed).toMatchObject({ identity_provider: IDP, default_model_profile_id: null, audit_retention_days: 30 })
+      const changed = expectSingle(yield* patch({ audit_retention_days: 365 }))
+      expect(changed).toMatchObject({ identity_provider: IDP, default_model_profile_id: null, audit_retention_days: 365 })
       expect(changed.updated_at).toMatch(/^\d{4}-\d{2}-\d{2}T/)
       expect(yield* get).toEqual(changed)
-      for (const days of [1, 3650]) expect(expectSingle(yield* patch({ audit_retention_days: days })).audit_retention_days).toBe(days)
+      expect(expectSingle(yield* patch({ audit_retention_days: 3650 })).audit_retention_days).toBe(3650)
 
-      for (const bad of [0, 3651, -1, 1.5, "30", null]) {
+      for (const bad of [0, 6, 3651, -1, 1.5, "30", null]) {
         expectError(yield* patch({ audit_retention_days: bad }), 400, "invalid_request", "parameter_invalid", "audit_retention_days")
       }
       expectError(yield* patch({ retention: 5 }), 400, "invalid_request", "unknown_parameter", "retention")
+      // the operator's setting: shown, never set by a key
+      expectError(
+        yield* patch({ schedule_min_interval_seconds: 3600 }),
+        400,
+        "invalid_request",
+        "unknown_parameter",
+        "schedule_min_interval_seconds"
+      )
       // an empty change changes nothing; removing the provider keeps the retention
       expect(expectSingle(yield* patch({})).audit_retention_days).toBe(3650)
       expect(expectSingle(yield* patch({ identity_provider: null }))).toMatchObject({ identity_provider: null, audit_retention_days: 3650 })
@@ -104,17 +117,88 @@ describe("environment settings (D16)", () => {
       const writer = yield* createKey(sb.tenantId, ["settings:write"], "writer")
       expectSingle(yield* request("GET", `${sb.P}/settings`, { key: sb.manager }))
       expectError(
-        yield* request("PATCH", `${sb.P}/settings`, { key: sb.manager, body: { audit_retention_days: 7 } }),
+        yield* request("PATCH", `${sb.P}/settings`, { key: sb.manager, body: { audit_retention_days: 100 } }),
         403,
         "permission_error",
         "missing_scope"
       )
       expectError(yield* request("GET", `${sb.P}/settings`, { key: writer.secret }), 403, "permission_error", "missing_scope")
-      expect(expectSingle(yield* request("PATCH", `${sb.P}/settings`, { key: writer.secret, body: { audit_retention_days: 7 } })))
-        .toMatchObject({ audit_retention_days: 7 })
+      expect(expectSingle(yield* request("PATCH", `${sb.P}/settings`, { key: writer.secret, body: { audit_retention_days: 100 } })))
+        .toMatchObject({ audit_retention_days: 100 })
       // the first key has neither
       expectErrorCode(yield* request("GET", `${sb.P}/settings`, { key: sb.key }), 403, "missing_scope")
       const other = yield* sandboxWithKey(["settings:read"], "manager", "Other")
       expectErrorCode(yield* request("GET", `${other.P}/settings`, { key: sb.manager }), 404, "resource_missing")
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("D20: a key raises audit_retention_days, never lowers it (403 retention_lowering_forbidden, nothing changed)", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandboxWithKey(SETTINGS_SCOPES)
+      const get = Effect.map(request("GET", `${sb.P}/settings`, { key: sb.manager }), (r) => expectSingle(r))
+      const patch = (body: unknown) => request("PATCH", `${sb.P}/settings`, { key: sb.manager, body })
+      // the default (90) counts as the current value; equal is no lowering
+      for (const body of [{ audit_retention_days: 7 }, { audit_retention_days: 89, identity_provider: IDP }]) {
+        const refused = yield* patch(body)
+        expectError(refused, 403, "permission_error", "retention_lowering_forbidden")
+        expect(refused.body.error.message).toContain("90 days")
+      }
+      expect(yield* get).toMatchObject({ identity_provider: null, audit_retention_days: 90, updated_at: null })
+      expect(expectSingle(yield* patch({ audit_retention_days: 90 })).audit_retention_days).toBe(90)
+      expect(expectSingle(yield* patch({ audit_retention_days: 120 })).audit_retention_days).toBe(120)
+      expectError(yield* patch({ audit_retention_days: 119 }), 403, "permission_error", "retention_lowering_forbidden")
+      expect((yield* get).audit_retention_days).toBe(120)
+    }).pipe(Effect.provide(makeTestApp())))
+
+  it.live("D20: the operator's settings PATCH sets audit_retention_days 7..3650 and schedule_min_interval_seconds, audited", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandboxWithKey([...SETTINGS_SCOPES, "audit:read"])
+      const path = `/tenants/${sb.tenantId}/environments/sandbox/settings`
+      const set = (body: unknown) => operator("PATCH", path, body)
+      const get = Effect.map(request("GET", `${sb.P}/settings`, { key: sb.manager }), (r) => expectSingle(r))
+
+      const lowered = yield* set({ audit_retention_days: 7 })
+      expect(lowered.status, lowered.text).toBe(200)
+      expect(lowered.body).toMatchObject({ object: "settings", audit_retention_days: 7, schedule_min_interval_seconds: 60 })
+      expect(yield* get).toEqual(lowered.body)
+      const both = yield* set({ audit_retention_days: 3650, schedule_min_interval_seconds: 1 })
+      expect(both.body).toMatchObject({ audit_retention_days: 3650, schedule_min_interval_seconds: 1 })
+      expect((yield* operator("GET", path)).body).toEqual(both.body)
+      for (
+        const [field, bad] of [["audit_retention_days", 6], ["audit_retention_days", 3651], ["schedule_min_interval_seconds", 0], [
+          "schedule_min_interval_seconds",
+          3601
+        ]] as const
+      ) {
+        expectError(yield* set({ [field]: bad }), 400, "invalid_request", "parameter_invalid", field)
+      }
+      expectError(yield* set({ identity_provider: null }), 400, "invalid_request", "unknown_parameter", "identity_provider")
+      expectErrorCode(
+        yield* operator("PATCH", `/tenants/ten_nope/environments/sandbox/settings`, { audit_retention_days: 7 }),
+        404,
+        "resource_missing"
+      )
+      expectErrorCode(
+        yield* request("PATCH", `/operator/v1${path}`, { key: sb.manager, body: { audit_retention_days: 7 } }),
+        401,
+        "invalid_operator_token"
+      )
+      expect((yield* get).audit_retention_days).toBe(3650)
+      // the operator CLI's set-setting: the same PATCH
+      const viaCli = yield* cli(["set-setting", "--tenant", sb.tenantId, "schedule_min_interval_seconds", "30", "--json"])
+      expect(viaCli.code, viaCli.stderr).toBe(0)
+      expect(JSON.parse(viaCli.stdout)).toMatchObject({ audit_retention_days: 3650, schedule_min_interval_seconds: 30 })
+
+      // audited in the environment, as the operator
+      const entries = expectList(yield* request("GET", `${sb.P}/audit?action=operatorUpdateSettings`, { key: sb.manager })).items
+      expect(entries.map((e: any) => [e.actor, e.status])).toEqual([
+        [{ type: "operator", id: "operator" }, 200],
+        [{ type: "operator", id: "operator" }, 400],
+        [{ type: "operator", id: "operator" }, 400],
+        [{ type: "operator", id: "operator" }, 400],
+        [{ type: "operator", id: "operator" }, 400],
+        [{ type: "operator", id: "operator" }, 400],
+        [{ type: "operator", id: "operator" }, 200],
+        [{ type: "operator", id: "operator" }, 200]
+      ])
     }).pipe(Effect.provide(makeTestApp())))
 })

@@ -1,4 +1,4 @@
-/** Handlers of environment settings (D16). */
+/** Handlers of environment settings (D16, D20): the environment's and the operator's. */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
@@ -14,4 +14,14 @@ export const EnvironmentSettingsLive = HttpApiBuilder.group(
       handlers
         .handle("getSettings", inCell((p) => settings.get(p)))
         .handle("updateSettings", inCell((p, { payload }) => settings.update(p, payload))))
+)
+
+export const OperatorSettingsLive = HttpApiBuilder.group(
+  Api,
+  "operator-settings",
+  (handlers) =>
+    Effect.map(EnvironmentSettings, (settings) =>
+      handlers
+        .handle("operatorGetSettings", ({ path }) => settings.operatorGet(path.tenant_id, path.environment))
+        .handle("operatorUpdateSettings", ({ path, payload }) => settings.operatorUpdate(path.tenant_id, path.environment, payload)))
 )

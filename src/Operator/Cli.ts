@@ -17,6 +17,8 @@
  *   npm run operator -- rotate-signing-key --tenant ten_... [--environment production]
  *   npm run operator -- quotas --tenant ten_... [--environment production]
  *   npm run operator -- set-quota --tenant ten_... runs_per_day 50000
+ *   npm run operator -- settings --tenant ten_... [--environment production]
+ *   npm run operator -- set-setting --tenant ten_... schedule_min_interval_seconds 10
  *   npm run operator -- run --tenant ten_... run_...
  *   npm run operator -- cell --tenant ten_...
  *   npm run operator -- cluster
@@ -224,6 +226,31 @@ const setQuota = Command.make(
   (o) => Effect.flatMap(call(o.url, "PUT", `${cellPath(o)}/quotas/${o.name}`, { limit: o.limit }), printer(o.json))
 ).pipe(Command.withDescription("Set a quota's limit for a tenant's environment; prints the quota"))
 
+// ---- settings (D20) -------------------------------------------------------------------------------
+
+const SETTING_NAMES = ["audit_retention_days", "schedule_min_interval_seconds"] as const
+
+const settings = Command.make(
+  "settings",
+  { url, json, tenant, environment },
+  (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/settings`), printer(o.json))
+).pipe(Command.withDescription("Show the environment's settings, as its keys see them"))
+
+const setSetting = Command.make(
+  "set-setting",
+  {
+    url,
+    json,
+    tenant,
+    environment,
+    name: Args.choice(SETTING_NAMES.map((n) => [n, n] as const), { name: "setting" }).pipe(
+      Args.withDescription("audit_retention_days (7..3650, lower or higher) or schedule_min_interval_seconds (1..3600)")
+    ),
+    value: Args.integer({ name: "value" })
+  },
+  (o) => Effect.flatMap(call(o.url, "PATCH", `${cellPath(o)}/settings`, { [o.name]: o.value }), printer(o.json))
+).pipe(Command.withDescription("Set a setting a key cannot lower or set, for a tenant's environment (audited); prints the settings"))
+
 const provisionSandbox = Command.make("provision-sandbox", { url, organization, email, name, scopes, json }, (o) =>
   Effect.gen(function*() {
     const application = yield* call(o.url, "POST", "/pilot-applications", { organization_name: o.organization, contact_email: o.email })
@@ -274,6 +301,8 @@ const operator = Command.make("operator").pipe(
     rotateSigningKey,
     quotas,
     setQuota,
+    settings,
+    setSetting,
     getRun,
     cellStats,
     cluster

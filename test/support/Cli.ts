@@ -26,6 +26,8 @@ export const CLI_COMMANDS = [
   "reject-production",
   "quotas",
   "set-quota",
+  "settings",
+  "set-setting",
   "run",
   "cell",
   "cluster"

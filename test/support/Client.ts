@@ -80,6 +80,13 @@ export const createKey = (tenantId: string, scopes?: ReadonlyArray<string>, name
     }
   )
 
+/** The operator's settings PATCH (D20) of a tenant's sandbox, e.g. `{ schedule_min_interval_seconds: 1 }`: the settings. */
+export const setSettings = (tenantId: string, body: Record<string, unknown>) =>
+  Effect.map(operator("PATCH", `/tenants/${tenantId}/environments/sandbox/settings`, body), (r) => {
+    if (r.status !== 200) throw new Error(`settings change failed: ${r.status} ${r.text}`)
+    return r.body as Record<string, unknown>
+  })
+
 /** Reads an SSE response until it ends (or `max` events), returning the parsed frames. */
 export const readSse = (url: string, headers: Record<string, string>, max = 1000) =>
   Effect.promise(async () => {
