@@ -11,6 +11,11 @@
  * process that dies before leaves a queued run, which recovery starts. Firings missed while no
  * process ran collapse to the latest one. A revoked key disables the schedule for good, with a
  * `schedule.disabled` webhook event in the same transaction.
+ *
+ * Bounds per environment (D20): a schedule acts as a key that may start runs (`runs:write` to
+ * create or enable one, checked by the API), its cron fires at most once in the environment's
+ * `schedule_min_interval_seconds` (Cron.shortestGapSeconds), and the environment has at most its
+ * `schedules` quota of them (counted by the statement that creates one).
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Data, Effect, Either } from "effect"
@@ -20,12 +25,14 @@ import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError, isDatabaseUnavailable } from "./Database/Defects.js"
 import type { QuotaName } from "./Domain/Quotas.js"
 import { AUTHORIZATION_REVOKED, type CreateSchedule, type ScheduleStatus, type UpdateSchedule } from "./Domain/Schedules.js"
+import { EnvironmentSettingsRepo } from "./EnvironmentSettings/Repo.js"
 import { Files } from "./Files.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { Platform } from "./Platform.js"
+import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { QuotasRepo } from "./Quotas/Repo.js"
 import { admittedInput } from "./Runs/Input.js"
 import { RunStore } from "./Runs/RunStore.js"
@@ -55,6 +62,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
     const config = yield* AppConfig
     const files = yield* Files
     const quotas = yield* QuotasRepo
+    const settings = yield* EnvironmentSettingsRepo
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** The cron in its zone, or 400 naming the field at fault. */
@@ -64,9 +72,28 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
         onRight: Effect.succeed
       })
 
+    /**
+     * 400 `parameter_invalid` (param `cron`) when the expression's times can be closer than the
+     * environment's `schedule_min_interval_seconds` (D20).
+     */
+    const oftenEnough = (cell: CellRef, cron: string) =>
+      Effect.gen(function*() {
+        const minimum = yield* settings.scheduleMinInterval(cell)
+        const gap = Cron.shortestGapSeconds(cron)
+        if (gap < minimum) {
+          return yield* invalid(
+            "parameter_invalid",
+            `cron fires ${gap} s apart at its closest; this environment's schedule_min_interval_seconds is ${minimum} ` +
+              "(the operator sets it)",
+            "cron"
+          )
+        }
+      })
+
     const found = (row: ScheduleRow | undefined) => (row ? Effect.succeed(row) : Effect.fail(scheduleNotFound))
 
-    const create = (p: Principal, body: CreateSchedule) =>
+    /** A new schedule, counted in the environment's `schedules` quota: 429 `quota_exceeded` past `limit`, nothing stored. */
+    const create = (p: Principal, body: CreateSchedule, limit: number) =>
       Effect.gen(function*() {
         const workspace = yield* agents.getWorkspace(p, body.workspace_id)
         const revisionWorkspace = yield* agents.revisionWorkspace(p, body.agent_revision_id)
@@ -81,6 +108,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
         const at = yield* now
         const timezone = body.timezone ?? "UTC"
         const schedule = yield* parsed(body.cron, timezone, at)
+        yield* oftenEnough(p, body.cron)
         // the run input's rules, as run creation checks them (text sizes, files of this environment)
         yield* admittedInput(files, p, body.input)
         const enabled = body.enabled ?? true
@@ -98,7 +126,8 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
           next_run_at: enabled ? Cron.nextAfter(schedule, at) ?? null : null,
           created_by_key_id: p.keyId,
           created_at: at
-        })
+        }, limit)
+        if (row === undefined) return yield* quotaExceeded("schedules", limit, at)
         return toSchedule(row)
       })
 
@@ -122,6 +151,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
         const cron = body.cron ?? current.cron
         const timezone = body.timezone ?? current.timezone
         const schedule = yield* parsed(cron, timezone, at)
+        if (body.cron !== undefined) yield* oftenEnough(p, body.cron)
         if (body.input !== undefined) yield* admittedInput(files, p, body.input)
         const enabled = body.enabled ?? current.enabled
         const status: ScheduleStatus = enabled ? "active" : "paused"
@@ -276,7 +306,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
     }
 
     return {
-      create: (p: Principal, body: CreateSchedule) => dieOnSqlError(create(p, body)),
+      create: (p: Principal, body: CreateSchedule, limit: number) => dieOnSqlError(create(p, body, limit)),
       get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.schedule(p, id), found), toSchedule)),
       list: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(Cursor.listPage("schedules", repo.schedules, toSchedule)(p, params)),
       update: (p: CellRef, id: string, body: UpdateSchedule) => dieOnSqlError(update(p, id, body)),
@@ -287,5 +317,13 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
       nextDue: dieOnSqlError(repo.nextDue)
     } as const
   }),
-  dependencies: [SchedulesRepo.Default, Agents.Default, Platform.Default, WebhooksRepo.Default, Files.Default, QuotasRepo.Default]
+  dependencies: [
+    SchedulesRepo.Default,
+    Agents.Default,
+    Platform.Default,
+    WebhooksRepo.Default,
+    Files.Default,
+    QuotasRepo.Default,
+    EnvironmentSettingsRepo.Default
+  ]
 }) {}

@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
 import { Deletions } from "../src/Platform/Deletions.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, provisionSandbox, request } from "./support/Client.js"
+import { createKey, provisionSandbox, request, setSettings } from "./support/Client.js"
 import { expectSingle } from "./support/Envelopes.js"
 import { agentFixture, scriptedProfile } from "./support/Sandboxes.js"
 import { advanceUntil, eventually } from "./support/Waiting.js"
@@ -87,7 +87,8 @@ describe("deletion jobs", () => {
   it.live("deleting an environment purges its schedules and their firings", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const sb = yield* provisionSandbox(["agents:write", "schedules:write"])
+      const sb = yield* provisionSandbox(["agents:write", "schedules:write", "runs:write"])
+      yield* setSettings(sb.tenantId, { schedule_min_interval_seconds: 1 })
       const { rev, ws } = yield* agentFixture(sb.P, sb.key, {
         profile: scriptedProfile([{ type: "text", text: "ok" }]),
         instructions: "",

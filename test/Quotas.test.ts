@@ -14,7 +14,7 @@ import { Effect, TestClock } from "effect"
 import { defaultQuotaDefaults } from "../src/Config/QuotaDefaults.js"
 import { makeTestApp } from "./support/App.js"
 import { cli } from "./support/Cli.js"
-import { createKey, operator, request } from "./support/Client.js"
+import { createKey, operator, request, setSettings } from "./support/Client.js"
 import { expectError, expectErrorCode, expectList, expectSingle } from "./support/Envelopes.js"
 import { upload } from "./support/Files.js"
 import { isTerminal, scriptedSandbox } from "./support/Sandboxes.js"
@@ -86,8 +86,9 @@ describe("quotas on TestClock (D16)", () => {
       yield* TestClock.setTime(Date.UTC(2026, 0, 5, 10, 0, 0))
       yield* Effect.gen(function*() {
         const s = yield* scriptedSandbox([{ type: "text", text: "ok" }])
-        const key = (yield* createKey(s.tenantId, ["schedules:read", "schedules:write"], "scheduler")).secret
+        const key = (yield* createKey(s.tenantId, ["schedules:read", "schedules:write", "runs:write"], "scheduler")).secret
         expect((yield* setQuota(s.tenantId, "runs_per_day", 1)).status).toBe(200)
+        yield* setSettings(s.tenantId, { schedule_min_interval_seconds: 1 })
         const schedule = expectSingle(
           yield* request("POST", `${s.P}/schedules`, {
             key,

@@ -45,6 +45,7 @@ describe("schedules across processes and kill -9", () => {
           name: "cron",
           scopes: [...RUN_SCOPES, "schedules:read", "schedules:write"]
         })
+        yield* op("PATCH", `/tenants/${tenant_id}/environments/sandbox/settings`, { schedule_min_interval_seconds: 1 })
         const P = `/v1/tenants/${tenant_id}/environments/sandbox`
         const post = (base: string, path: string, body: unknown) =>
           Effect.map(call(base, "POST", `${P}${path}`, key.secret, body), (r) => r.data)

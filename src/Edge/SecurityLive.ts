@@ -7,7 +7,7 @@ import { HttpApiBuilder, HttpApiError, type HttpApiGroup, HttpRouter, type HttpS
 import { Context, Effect, FiberRef, Layer } from "effect"
 
 import { Api } from "../Api.js"
-import { AuthenticationFailed, InvalidRequest, PermissionDenied } from "../Kernel/Errors.js"
+import { AuthenticationFailed, InvalidRequest, missingScope } from "../Kernel/Errors.js"
 import { currentRequest } from "../Kernel/RequestContext.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
 
@@ -38,12 +38,7 @@ export const ServiceKeyLive = Layer.sync(ServiceKey, () => {
           return yield* Effect.dieMessage(`no scopes declared for ${route.route.method} ${route.route.path}`)
         }
         const missing = required.filter((s) => !(principal.scopes as ReadonlyArray<string>).includes(s))
-        if (missing.length > 0) {
-          return yield* new PermissionDenied({
-            code: "missing_scope",
-            message: `This key lacks the scope(s) this operation needs: ${missing.join(", ")}`
-          })
-        }
+        if (missing.length > 0) return yield* missingScope(missing)
         return principal
       })
   })

@@ -189,3 +189,6 @@ export const notFound = (what: string, param?: string) =>
 export const invalid = (code: string, message: string, param?: string) => new InvalidRequest({ code, message, ...(param ? { param } : {}) })
 export const conflict = (code: string, message: string) => new Conflict({ code, message })
 export const forbidden = (code: string, message: string) => new PermissionDenied({ code, message })
+/** 403 `missing_scope`, naming the scopes the key lacks. */
+export const missingScope = (missing: ReadonlyArray<string>) =>
+  new PermissionDenied({ code: "missing_scope", message: `This key lacks the scope(s) this operation needs: ${missing.join(", ")}` })

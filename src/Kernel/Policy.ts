@@ -5,10 +5,11 @@
 import type { HttpServerResponse } from "@effect/platform"
 import { Effect, Option } from "effect"
 
-import { type Conflict, NotFound, PermissionDenied } from "./Errors.js"
+import { type Conflict, missingScope, NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
 import { CurrentPrincipal, type Principal } from "./Principal.js"
 import { idempotencyGate } from "./RequestContext.js"
+import type { Scope } from "./Scopes.js"
 
 export const ownTenant = (tenantId: string): Effect.Effect<Principal, NotFound, CurrentPrincipal> =>
   Effect.flatMap(CurrentPrincipal, (p) =>
@@ -38,6 +39,17 @@ export const withinCeiling = (
         message: "That key holds scopes this key does not have; it cannot be managed with this key"
       })
     )
+
+/**
+ * Scopes a request needs beyond those its operation declares, for what its body asks (enabling a
+ * schedule needs `runs:write`): 403 `missing_scope` as the ServiceKey middleware answers, and like
+ * it before the handler's tenancy check and idempotency gate.
+ */
+export const requireScopes = (scopes: ReadonlyArray<Scope>): Effect.Effect<void, PermissionDenied, CurrentPrincipal> =>
+  Effect.flatMap(CurrentPrincipal, (p) => {
+    const missing = scopes.filter((s) => !p.scopes.includes(s))
+    return missing.length > 0 ? Effect.fail(missingScope(missing)) : Effect.void
+  })
 
 /** The request of an operation under `/v1/tenants/{tenant_id}/environments/{environment}`. */
 export interface CellRequest {

@@ -16,6 +16,13 @@ const SCHEDULE_RULES: ReadonlyArray<Refusal> = [
     param: "cron",
     when: "`cron` is not 5 fields, 6 with seconds first, or a nickname (`@hourly`...) that `croner` reads, or never fires"
   },
+  {
+    code: "parameter_invalid",
+    param: "cron",
+    when: "`cron` fires more often than the environment's `schedule_min_interval_seconds` (default 60, set by the operator: " +
+      "see `GET .../settings`): two of its times of day, read from its second, minute and hour fields, are closer than " +
+      "that, across midnight included; checked whenever `cron` is given"
+  },
   { code: "invalid_timezone", param: "timezone", when: "`timezone` is not an IANA time zone name this service knows" },
   {
     code: "input_too_large",
@@ -34,6 +41,10 @@ const FIRING = "Each scheduled time starts one run, in a new conversation, as th
   "the schedule becomes `disabled` (`status_reason: authorization_revoked`) at its next due time, fires no more, and a " +
   "`schedule.disabled` webhook event is sent."
 
+const BOUNDS = "A schedule starts runs, so creating one needs `runs:write` besides `schedules:write` (403 `missing_scope`). " +
+  "The environment has at most its `schedules` quota of them (100 by default, `GET .../quotas`): one more is 429 " +
+  "`quota_exceeded` with `Retry-After`, and nothing is stored; deleting one gives its place back."
+
 export class SchedulesApi extends HttpApiGroup.make("schedules")
   .annotate(OpenApi.Description, `Cron schedules that start runs of an agent revision. ${FIRING}`)
   .add(
@@ -47,7 +58,7 @@ export class SchedulesApi extends HttpApiGroup.make("schedules")
         "A cron expression in an IANA time zone (default `UTC`) that starts a run of the agent revision with `input`. " +
           "The workspace and revision, and the files `input` names, must be of this environment (404 otherwise, as a " +
           "missing id); a file deleted later makes its scheduled times start no run. `next_run_at` is the " +
-          `first scheduled time after now; \`enabled: false\` creates it \`paused\`. ${FIRING}`
+          `first scheduled time after now; \`enabled: false\` creates it \`paused\`. ${BOUNDS} ${FIRING}`
       )
       .annotate(Refusals, [
         {
@@ -57,7 +68,7 @@ export class SchedulesApi extends HttpApiGroup.make("schedules")
         },
         ...SCHEDULE_RULES
       ])
-      .annotate(RequiredScopes, ["schedules:write"])
+      .annotate(RequiredScopes, ["schedules:write", "runs:write"])
   )
   .add(
     HttpApiEndpoint.get("listSchedules")`/v1/tenants/${tenantId}/environments/${environment}/schedules`
@@ -83,7 +94,10 @@ export class SchedulesApi extends HttpApiGroup.make("schedules")
         OpenApi.Description,
         "Changes `cron`, `timezone`, `input` or `enabled`. A new cron or time zone, or `enabled: true` on a paused schedule, " +
           "computes `next_run_at` from now: the times it was paused for are not caught up. `enabled: false` pauses it " +
-          "(`status: paused`, `next_run_at: null`). A `disabled` schedule cannot be changed or enabled again: 409 " +
+          "(`status: paused`, `next_run_at: null`). `enabled: true` needs `runs:write` besides `schedules:write` (403 " +
+          "`missing_scope`, whatever the schedule's state): the schedule starts runs again. A new `cron` must respect the " +
+          "environment's `schedule_min_interval_seconds` (400 `parameter_invalid`); a schedule whose cron an earlier, " +
+          "lower minimum admitted keeps it. A `disabled` schedule cannot be changed or enabled again: 409 " +
           "`schedule_disabled` (delete it and create a new one with a valid key)."
       )
       .annotate(Refusals, SCHEDULE_RULES)
@@ -94,7 +108,11 @@ export class SchedulesApi extends HttpApiGroup.make("schedules")
       .annotate(OpenApi.Summary, "Delete a schedule")
       .setHeaders(IdempotencyHeaders)
       .addSuccess(Single(DeletedSchedule))
-      .annotate(OpenApi.Description, "It fires no more. The runs it started stay (they are runs of their conversations).")
+      .annotate(
+        OpenApi.Description,
+        "It fires no more, and its place in the `schedules` quota is free again. The runs it started stay (they are runs " +
+          "of their conversations)."
+      )
       .annotate(RequiredScopes, ["schedules:write"])
   )
   .add(

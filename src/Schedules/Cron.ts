@@ -10,7 +10,7 @@
  * occurrence (02:30 CEST, not 02:30 CET). croner answers a moment inside the repeated hour with
  * times of its first occurrence, which lie before that moment; `nextAfter` never goes back.
  */
-import { Cron } from "croner"
+import { Cron, CronPattern } from "croner"
 import { Either } from "effect"
 
 /** A cron expression with its time zone, ready to ask. */
@@ -71,6 +71,41 @@ export const parse = (cron: string, timezone: string, now: Date): Either.Either<
     (schedule) =>
       nextAfter(schedule, now) === undefined ? Either.left({ param: "cron", message: "cron never fires" }) : Either.right(schedule)
   )
+
+const DAY_SECONDS = 86_400
+
+/**
+ * The shortest time, in seconds, between two consecutive times of a cron expression that
+ * `compile` accepted, read on its wall clock: from its second, minute and hour fields only. Its
+ * times of day are the product of those three sets, the same on every day it fires, so the answer
+ * is the smallest gap between consecutive times of one day, or across midnight as if the next day
+ * fired too (`30 0,23 * * *`: 23:30 and 00:30, an hour apart, even when it fires on the 1st only);
+ * day-of-month, month and day-of-week only choose days. It does not depend on the time zone: a daylight-saving change can bring two
+ * times closer once, by at most its shift (`1,59 1,3 * * *` in Europe/Berlin: 01:59 CET and 03:01
+ * CEST on the spring-forward day), and never makes a legal expression illegal. Bounded: at most
+ * 24 * 60 * 60 steps of arithmetic (`* * * * * *`), no date computations.
+ */
+export const shortestGapSeconds = (cron: string): number => {
+  const pattern = new CronPattern(cron.trim(), undefined, { mode: "5-or-6-parts" })
+  const on = (flags: ReadonlyArray<number>) => flags.flatMap((flag, i) => (flag ? [i] : []))
+  const seconds = on(pattern.second)
+  const minutes = on(pattern.minute)
+  const hours = on(pattern.hour)
+  let first: number | undefined
+  let previous: number | undefined
+  let shortest = DAY_SECONDS
+  for (const h of hours) {
+    for (const m of minutes) {
+      for (const sec of seconds) {
+        const t = h * 3600 + m * 60 + sec
+        if (previous === undefined) first = t
+        else shortest = Math.min(shortest, t - previous)
+        previous = t
+      }
+    }
+  }
+  return first === undefined || previous === undefined ? DAY_SECONDS : Math.min(shortest, DAY_SECONDS - previous + first)
+}
 
 /** croner's next time after `t`, or undefined (none, or croner failed). */
 const next = (s: Schedule, t: number): number | undefined => {

@@ -11,6 +11,7 @@ import { CreateRun } from "../Domain/Runs.js"
 import { type Schedule, type ScheduledRun, ScheduleStatus } from "../Domain/Schedules.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { countLevel, releaseLevel } from "../Quotas/Repo.js"
 import { RunRow, toRun } from "../Runs/RunStore.js"
 
 export const ScheduleRow = Schema.Struct({
@@ -55,14 +56,22 @@ export class SchedulesRepo extends Effect.Service<SchedulesRepo>()("SchedulesRep
     const inCell = (cell: CellRef) => sql`tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`
     const notify = Rows.none(sql`SELECT pg_notify('schedules', 'changed')`)
 
-    const insert = (s: Omit<ScheduleRow, "status_reason" | "last_run_at" | "last_run_id" | "updated_at">) =>
+    /**
+     * The new schedule, counted in its cell's `schedules` quota in the same statement: undefined, and
+     * nothing written, when the cell already has `limit` of them.
+     */
+    const insert = (s: Omit<ScheduleRow, "status_reason" | "last_run_at" | "last_run_id" | "updated_at">, limit: number) =>
       Effect.zipLeft(
-        sql`INSERT INTO schedules (id, tenant_id, environment, workspace_id, agent_revision_id, cron, timezone, input, enabled,
+        sql`WITH counted AS (${
+          countLevel(sql, { tenantId: s.tenant_id, environment: s.environment }, "schedules", limit, sql`(SELECT 1) AS one`)
+        })
+            INSERT INTO schedules (id, tenant_id, environment, workspace_id, agent_revision_id, cron, timezone, input, enabled,
                                    status, next_run_at, created_by_key_id, created_at, updated_at)
-            VALUES (${s.id}, ${s.tenant_id}, ${s.environment}, ${s.workspace_id}, ${s.agent_revision_id}, ${s.cron},
-                    ${s.timezone}, ${JSON.stringify(s.input)}::jsonb, ${s.enabled}, ${s.status}, ${s.next_run_at},
-                    ${s.created_by_key_id}, ${s.created_at}, ${s.created_at})
-            RETURNING *`.pipe(Rows.single(ScheduleRow)),
+            SELECT ${s.id}, ${s.tenant_id}, ${s.environment}, ${s.workspace_id}, ${s.agent_revision_id}, ${s.cron},
+                   ${s.timezone}, ${JSON.stringify(s.input)}::jsonb, ${s.enabled}::boolean, ${s.status}, ${s.next_run_at}::timestamptz,
+                   ${s.created_by_key_id}, ${s.created_at}::timestamptz, ${s.created_at}::timestamptz
+            WHERE EXISTS (SELECT 1 FROM counted)
+            RETURNING *`.pipe(Rows.maybe(ScheduleRow)),
         notify
       )
 
@@ -97,9 +106,14 @@ export class SchedulesRepo extends Effect.Service<SchedulesRepo>()("SchedulesRep
         patch.nextRunAt === undefined ? Effect.void : notify
       )
 
-    /** Deletes the schedule and its firings (the runs it started stay); false when it is not the cell's. */
+    /**
+     * Deletes the schedule and its firings (the runs it started stay), giving its place in the
+     * `schedules` quota back; false when it is not the cell's.
+     */
     const remove = (cell: CellRef, id: string) =>
-      sql`DELETE FROM schedules WHERE id = ${id} AND ${inCell(cell)} RETURNING id`.pipe(
+      sql`WITH deleted AS (DELETE FROM schedules WHERE id = ${id} AND ${inCell(cell)} RETURNING id),
+               released AS (${releaseLevel(sql, cell, "schedules", sql`deleted`)})
+          SELECT id FROM deleted`.pipe(
         Rows.all(Schema.Struct({ id: Schema.String })),
         Effect.map((rows) => rows.length > 0)
       )
