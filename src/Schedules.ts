@@ -10,7 +10,9 @@
  * run across restarts and processes. After the commit the caller hands the run to its cell; a
  * process that dies before leaves a queued run, which recovery starts. Firings missed while no
  * process ran collapse to the latest one. A revoked key disables the schedule for good, with a
- * `schedule.disabled` webhook event in the same transaction.
+ * `schedule.disabled` webhook event in the same transaction. The scheduler takes the environments
+ * with due schedules in turn (`dueCells`, then `fireNext` of each), so one environment's many due
+ * schedules never hold up another's.
  *
  * Bounds per environment (D20): a schedule acts as a key that may start runs (`runs:write` to
  * create or enable one, checked by the API), its cron fires at most once in the environment's
@@ -270,14 +272,15 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
       }).pipe(Effect.annotateLogs({ schedule_id: row.id, tenant_id: row.tenant_id }))
 
     /**
-     * One due schedule at `at` (the caller's Clock), in one transaction: its key checked, then the
-     * run of its latest scheduled time at or before `at` started and `next_run_at` moved to the
-     * first time after `at`. Undefined when nothing is due (or every due one is another process's).
+     * One due schedule at `at` (the caller's Clock), of `cell` if given, in one transaction: its key
+     * checked, then the run of its latest scheduled time at or before `at` started and `next_run_at`
+     * moved to the first time after `at`. Undefined when nothing is due (or every due one is another
+     * process's).
      */
-    const fireNext = (at: Date): Effect.Effect<Firing | undefined> => {
+    const fireNext = (at: Date, cell?: CellRef): Effect.Effect<Firing | undefined> => {
       let claimed: ScheduleRow | undefined
       return sql.withTransaction(Effect.gen(function*() {
-        const row = yield* repo.claimDue(at)
+        const row = yield* repo.claimDue(at, cell)
         if (row === undefined) return undefined
         claimed = row
         return yield* Effect.gen(function*() {
@@ -313,6 +316,8 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
       remove: (p: CellRef, id: string) => dieOnSqlError(remove(p, id)),
       listRuns: (p: Principal, id: string, params: Cursor.ListParams) => dieOnSqlError(listRuns(p, id, params)),
       fireNext,
+      /** The environments with a schedule due at `at`, the longest-waiting first (the scheduler's turns). */
+      dueCells: (at: Date) => dieOnSqlError(repo.dueCells(at)),
       /** The earliest `next_run_at` of an active schedule, if any. */
       nextDue: dieOnSqlError(repo.nextDue)
     } as const

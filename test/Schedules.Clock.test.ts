@@ -7,6 +7,8 @@
  * spring-forward day it runs at 03:30 CEST, on the fall-back day once, at 02:30 CEST (not again at
  * 02:30 CET); seven months stopped run once. A revoked key disables its schedule at its next due
  * time (`authorization_revoked`), with a `schedule.disabled` webhook event, and it fires no more.
+ * Fair across environments (D20): with 10 schedules of one environment and one of another due at
+ * once, the other's fires second (the environments take turns), not 11th.
  *
  * TestClock steps through every sleep on the way (time passes with the service running), so the
  * scheduler here sleeps until the next due time only (no poll), and other loops wake rarely.
@@ -270,4 +272,35 @@ describe("the scheduler on TestClock (D15)", () => {
         expect(runs[0]!.n).toBe(1) // nothing of the rolled-back firing stays
       }).pipe(Effect.provide(makeTestApp(SETTINGS)))
     }), 60_000)
+
+  it.effect(
+    "fair across environments: 10 schedules of one and 1 of another due at once, the other's fires second, not 11th",
+    () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(T0)
+        const db = yield* freshDatabase
+        const { busy, quiet } = yield* withApp(db.url)(Effect.gen(function*() {
+          const busy = yield* scheduleSandbox
+          const quiet = yield* scheduleSandbox
+          const many = yield* Effect.forEach(Array.from({ length: 10 }), () => busy.create("* * * * *"), { concurrency: 4 })
+          // due a second after the busy environment's: the earliest-first order of before fired it last
+          const one = yield* quiet.create("1 1 * * * *") // 10:01:01
+          return { busy: many.map((m) => m.id), quiet: one.id }
+        }))
+        // the service stopped for two minutes: every schedule is due when it starts again
+        yield* TestClock.adjust("2 minutes")
+        yield* withApp(db.url)(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const fired = Effect.map(
+            Effect.orDie(sql<{ schedule_id: string }>`SELECT schedule_id FROM schedule_firings ORDER BY run_id`),
+            (rows) => rows.map((r) => r.schedule_id)
+          )
+          // run ids are made in the order of the firings (one process: monotonic ids)
+          const order = yield* eventually(fired, (ids) => ids.length === 11)
+          expect(order.indexOf(quiet)).toBe(1)
+          expect(new Set(order.filter((id) => id !== quiet))).toEqual(new Set(busy))
+        }))
+      }).pipe(Effect.scoped),
+    60_000
+  )
 })

@@ -322,6 +322,7 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "60 seconds" })("sche
       // the key as a key without runs:write made it before D20 (keys' scopes never change), and the migration not yet run
       yield* Effect.orDie(sql`UPDATE api_keys SET scopes = array_remove(scopes, 'runs:write') WHERE id = ${s.scheduleKeyId}`)
       yield* Effect.orDie(sql`ALTER TABLE environment_settings DROP COLUMN schedule_min_interval_seconds`)
+      yield* Effect.orDie(sql`DROP INDEX schedules_cell_due`)
       yield* Effect.orDie(environmentLimits)
       expect(expectSingle(yield* s.call("GET", `/schedules/${legacy.id}`))).toMatchObject({
         status: "disabled",

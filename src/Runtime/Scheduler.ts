@@ -5,6 +5,12 @@
  * A process that dies between the commit and the hand-over leaves a queued run: recovery starts it
  * at the next start (src/Runtime/Recovery.ts).
  *
+ * Fair across environments (D20): the due schedules are fired in rounds, each round one schedule of
+ * every environment that has one due (`Schedules.dueCells`, the longest-waiting environment first),
+ * so an environment with a hundred due schedules delays another's first one by at most one firing
+ * of each environment with due schedules, not by its hundred. A round costs one query more than its
+ * firings (the list of environments); an idle look costs what it did (one query).
+ *
  * Due-ness is Effect's Clock, passed into SQL (never the database's `now()`), so suites drive it
  * with TestClock. The loop sleeps until the earliest `next_run_at`, at most SCHEDULER_POLL_MILLIS;
  * `LISTEN schedules` (a schedule created, changed or fired anywhere) wakes it at once. With no
@@ -45,21 +51,31 @@ const scheduler = Effect.gen(function*() {
     Effect.forkScoped
   )
 
-  /** Fires every due schedule this process gets; how many runs it started. */
+  /**
+   * Fires every due schedule this process gets, in rounds of one per environment; how many runs it
+   * started. Ends when nothing is due, or when a round fired nothing (what is due is held by
+   * another process's transactions: `waitForWork` looks again after a moment).
+   */
   const fireDue = Effect.gen(function*() {
     let started = 0
     while (true) {
-      const firing = yield* schedules.fireNext(new Date(yield* Clock.currentTimeMillis))
-      if (firing === undefined) return started
-      if (firing._tag === "Fired") {
-        started++
-        // Handed over without waiting: a cell that is moving (up to CLUSTER_SEND_TIMEOUT_SECONDS)
-        // must not hold up the next scheduled times; its new owner resumes the run anyway.
-        yield* Effect.provideService(tell(firing.cell, new StartRun({ runId: firing.runId })), Cells, cells).pipe(
-          Effect.forkDaemon,
-          Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
-        )
+      const round = yield* schedules.dueCells(new Date(yield* Clock.currentTimeMillis))
+      let fired = 0
+      for (const cell of round) {
+        const firing = yield* schedules.fireNext(new Date(yield* Clock.currentTimeMillis), cell)
+        if (firing === undefined) continue
+        fired++
+        if (firing._tag === "Fired") {
+          started++
+          // Handed over without waiting: a cell that is moving (up to CLUSTER_SEND_TIMEOUT_SECONDS)
+          // must not hold up the next scheduled times; its new owner resumes the run anyway.
+          yield* Effect.provideService(tell(firing.cell, new StartRun({ runId: firing.runId })), Cells, cells).pipe(
+            Effect.forkDaemon,
+            Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
+          )
+        }
       }
+      if (fired === 0) return started
     }
   })
 

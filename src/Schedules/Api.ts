@@ -39,7 +39,8 @@ const FIRING = "Each scheduled time starts one run, in a new conversation, as th
   "skipped by a spring-forward runs at the same offset after the gap (02:30 runs at 03:30 local time that day); one that " +
   "occurs twice at a fall-back runs once, at its first occurrence. If that key is revoked (or its environment deleted), " +
   "the schedule becomes `disabled` (`status_reason: authorization_revoked`) at its next due time, fires no more, and a " +
-  "`schedule.disabled` webhook event is sent."
+  "`schedule.disabled` webhook event is sent. Due schedules of several environments fire in turn, one of each " +
+  "environment at a time, so one environment's many due schedules do not hold up another's."
 
 const BOUNDS = "A schedule starts runs, so creating one needs `runs:write` besides `schedules:write` (403 `missing_scope`). " +
   "The environment has at most its `schedules` quota of them (100 by default, `GET .../quotas`): one more is 429 " +

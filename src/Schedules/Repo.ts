@@ -37,6 +37,8 @@ export type ScheduleRow = typeof ScheduleRow.Type
 
 const ScheduledRunRow = Schema.Struct({ ...RunRow.fields, scheduled_at: Rows.Time })
 
+const CellRow = Schema.Struct({ tenant_id: Schema.String, environment: EnvironmentName })
+
 /** What a change of a schedule sets (undefined: unchanged). */
 export interface SchedulePatch {
   readonly cron?: string | undefined
@@ -128,12 +130,24 @@ export class SchedulesRepo extends Effect.Service<SchedulesRepo>()("SchedulesRep
 
     // ---- the scheduler ---------------------------------------------------------------------------
     /**
-     * One active schedule due at `at` (the caller's Clock, never the database's), locked in the
-     * caller's transaction; `SKIP LOCKED`, so processes share the due schedules and never fire one
-     * twice. A row another process advanced meanwhile is re-checked against `at` as it is locked.
+     * The cells with an active schedule due at `at`, the one whose earliest due time is oldest first
+     * (the scheduler's round: one firing of each, in this order). One scan of the due schedules.
      */
-    const claimDue = (at: Date) =>
-      sql`SELECT * FROM schedules WHERE status = 'active' AND next_run_at <= ${at}
+    const dueCells = (at: Date) =>
+      sql`SELECT tenant_id, environment FROM schedules WHERE status = 'active' AND next_run_at <= ${at}
+          GROUP BY tenant_id, environment ORDER BY min(next_run_at), tenant_id, environment`.pipe(
+        Rows.all(CellRow),
+        Effect.map((rows): ReadonlyArray<CellRef> => rows.map((r) => ({ tenantId: r.tenant_id, environment: r.environment })))
+      )
+
+    /**
+     * One active schedule due at `at` (the caller's Clock, never the database's), of `cell` if given,
+     * earliest first, locked in the caller's transaction; `SKIP LOCKED`, so processes share the due
+     * schedules and never fire one twice. A row another process advanced meanwhile is re-checked
+     * against `at` as it is locked.
+     */
+    const claimDue = (at: Date, cell?: CellRef) =>
+      sql`SELECT * FROM schedules WHERE status = 'active' AND next_run_at <= ${at} ${cell === undefined ? sql`` : sql`AND ${inCell(cell)}`}
           ORDER BY next_run_at LIMIT 1 FOR UPDATE SKIP LOCKED`.pipe(Rows.maybe(ScheduleRow))
 
     /**
@@ -155,7 +169,7 @@ export class SchedulesRepo extends Effect.Service<SchedulesRepo>()("SchedulesRep
       Effect.map((r) => r.due ?? undefined)
     )
 
-    return { insert, schedule, lock, schedules, update, remove, runs, claimDue, claimFiring, nextDue } as const
+    return { insert, schedule, lock, schedules, update, remove, runs, dueCells, claimDue, claimFiring, nextDue } as const
   })
 }) {}
 
