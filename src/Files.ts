@@ -3,8 +3,8 @@
  * within the 25 MiB limit), run outputs, and downloads that stream the stored bytes with
  * `ETag` (the SHA-256), `If-None-Match` (304) and one `Range` (206; past the end 416).
  *
- * An upload is copied from its staged file into Postgres chunk by chunk inside the request's
- * transaction, hashing as it goes, so memory stays flat and the file exists whole or not at all.
+ * An upload is copied from its staged file (hashed as it was staged) into Postgres chunk by chunk
+ * inside the request's transaction, so memory stays flat and the file exists whole or not at all.
  */
 import { createHash } from "node:crypto"
 import { createReadStream } from "node:fs"
@@ -14,7 +14,7 @@ import { HttpServerResponse } from "@effect/platform"
 import { Clock, Effect, Stream } from "effect"
 
 import { dieOnSqlError } from "./Database/Defects.js"
-import { type FileListParams, filenameProblem, isMediaType, MAX_FILE_BYTES, type UploadPurpose } from "./Domain/Files.js"
+import { type FileListParams, filenameProblem, isMediaType, isStagedFile, MAX_FILE_BYTES, type UploadPurpose } from "./Domain/Files.js"
 import { type ByteRange, contentDisposition, parseRange } from "./Files/Download.js"
 import { FILE_CHUNK_BYTES, type FileRow, FilesRepo, toFile } from "./Files/Repo.js"
 import * as Cursor from "./Kernel/Cursor.js"
@@ -53,37 +53,35 @@ export class Files extends Effect.Service<Files>()("Files", {
 
     const found = (row: FileRow | undefined) => (row ? Effect.succeed(row) : Effect.fail(notFound("file", "file_id")))
 
-    /** Copies the staged file into chunks (hashing on the way): its size and SHA-256. */
+    /** Copies the staged file into chunks (its size and SHA-256 were taken as it was staged). */
     const store = (fileId: string, path: string) =>
       Effect.gen(function*() {
-        const hash = createHash("sha256")
-        let bytes = 0
         let index = 0
         const chunks = Stream.fromAsyncIterable(
           slices(createReadStream(path, { highWaterMark: FILE_CHUNK_BYTES })),
           (e) => new Error(`reading the staged upload failed: ${String(e)}`)
         )
-        yield* Stream.runForEach(chunks, (chunk) => {
-          hash.update(chunk)
-          bytes += chunk.length
-          return repo.insertChunk(fileId, index++, chunk)
-        }).pipe(Effect.catchTag("SqlError", Effect.die), Effect.orDie)
-        return { bytes, sha256: hash.digest("hex") }
+        yield* Stream.runForEach(chunks, (chunk) => repo.insertChunk(fileId, index++, chunk)).pipe(
+          Effect.catchTag("SqlError", Effect.die),
+          Effect.orDie
+        )
       })
 
     /** An upload: refused with 429 `quota_exceeded` when its bytes do not fit the cell's `storage_bytes` quota. */
     const upload = (p: Principal, { file, purpose }: Upload, storageLimit: number) =>
       Effect.gen(function*() {
+        if (!isStagedFile(file)) return yield* Effect.dieMessage("an upload's file part is staged by the request pipeline")
         const problem = filenameProblem(file.name)
         if (problem !== undefined) return yield* invalid("invalid_filename", `The file's name ${problem}`, "file")
         const contentType = file.contentType === "" ? "application/octet-stream" : file.contentType
         if (!isMediaType(contentType)) {
           return yield* invalid("parameter_invalid", "The file part's Content-Type is not a media type", "file")
         }
-        const id = yield* makeId("file")
-        const { bytes, sha256 } = yield* store(id, file.path)
+        const { bytes, sha256 } = file
         if (bytes === 0) return yield* invalid("file_empty", "The file is empty", "file")
         if (bytes > MAX_FILE_BYTES) return yield* invalid("file_too_large", `A file holds at most ${MAX_FILE_BYTES} bytes (25 MiB)`, "file")
+        const id = yield* makeId("file")
+        yield* store(id, file.path)
         const row: FileRow = {
           id,
           tenant_id: p.tenantId,

@@ -2,6 +2,7 @@
  * Files (D13): bytes customers upload for runs to read (`run_input`, `knowledge`) and files runs
  * produce (`run_output`), stored in Postgres with their SHA-256, so a backup holds everything.
  */
+import { Multipart } from "@effect/platform"
 import { Option, Schema } from "effect"
 
 import { ListParams } from "../Kernel/Cursor.js"
@@ -60,6 +61,18 @@ export const filenameProblem = (name: string): string | undefined => {
   if (/[/\\]/.test(name)) return "must not contain / or \\"
   return undefined
 }
+
+/**
+ * An upload's file part as the request pipeline staged it (src/Edge/Multipart.ts): on disk, with
+ * its size and SHA-256, both taken while it streamed in.
+ */
+export interface StagedFile extends Multipart.PersistedFile {
+  readonly bytes: number
+  readonly sha256: string
+}
+
+export const isStagedFile = (u: unknown): u is StagedFile =>
+  Multipart.isPersistedFile(u) && typeof (u as StagedFile).sha256 === "string" && typeof (u as StagedFile).bytes === "number"
 
 /** What a multipart upload may hold beyond its file: the boundaries, part headers and fields. */
 export const UPLOAD_SLACK = 64 * 1024

@@ -20,7 +20,7 @@
  * Failures that escape the HttpApi (unknown routes, unreadable bodies, defects) become the same
  * error envelope here. Every log line of a request carries its `request_id`, and so does its span.
  */
-import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
 
@@ -315,10 +315,14 @@ const prepared = (
         param: "Idempotency-Key"
       })
     }
-    // An upload's body is a file (multipart, staged on disk within its own limit), not JSON.
-    const body = upload === undefined
-      ? yield* checkedBody(request, config.edge.bodyLimitBytes)
-      : yield* preparedUpload(request, upload, config.edge.requestTimeoutSeconds)
+    // An upload's body is a file (multipart, staged on disk within its own limit), not JSON: the
+    // HttpApi then reads the request as parsed here.
+    const { body, parsed } = upload === undefined
+      ? { body: yield* checkedBody(request, config.edge.bodyLimitBytes), parsed: undefined }
+      : yield* Effect.map(
+        preparedUpload(request, upload, config.edge.requestTimeoutSeconds),
+        (prepared) => ({ body: prepared.body, parsed: prepared.request })
+      )
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
@@ -333,7 +337,7 @@ const prepared = (
       path,
       key
     }
-    return { scope, fingerprint: Idempotency.fingerprint(request.method, path, body) }
+    return { scope, fingerprint: Idempotency.fingerprint(request.method, path, body), parsed }
   })
 
 /** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
@@ -372,7 +376,7 @@ const guarded = <E, R>(
     // An upload's staged file lives until its transaction is over (the handler copies it into the database).
     const staged = trail.route.multipart === true ? yield* Scope.make() : undefined
     const release = staged === undefined ? Effect.void : Scope.close(staged, Exit.void)
-    const { fingerprint, scope } = yield* prepared(request, state, principal, staged).pipe(
+    const { fingerprint, parsed, scope } = yield* prepared(request, state, principal, staged).pipe(
       // refused before its transaction: its audit entry on its own
       Effect.tapError((e) =>
         Effect.zipRight(
@@ -384,7 +388,8 @@ const guarded = <E, R>(
     const idem = yield* Idempotency.Idempotency
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
-    return yield* idem.detached(Effect.ensuring(transactional(app, state, scope, fingerprint, trail, principal), release))
+    const served = parsed === undefined ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, parsed)
+    return yield* idem.detached(Effect.ensuring(transactional(served, state, scope, fingerprint, trail, principal), release))
   })
 
 /** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */
@@ -541,6 +546,7 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         | OperatorToken
         | AppConfig
         | SqlClient.SqlClient
+        | FileSystem.FileSystem
       const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
         Effect.locally(currentRequest, state),
         Effect.annotateLogs("request_id", state.requestId)

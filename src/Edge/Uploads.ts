@@ -1,22 +1,33 @@
 /**
- * A file upload's way through the pipeline (D13, D19): its `multipart/form-data` body is read with
- * `@effect/platform`'s Multipart under UPLOAD_LIMITS, the file part streamed to a staged file in a
- * temporary directory (refused the moment it passes 25 MiB, the rest of the body discarded), so
- * its checks and its idempotency fingerprint (which covers the bytes' SHA-256) come before the
- * request's transaction, as a JSON body's do. The HttpApi reads the same parsed body (the request
- * caches it); the staged directory is removed when the upload's scope closes.
+ * A file upload's way through the pipeline (D13, D19, D20): its `multipart/form-data` body is read
+ * under UPLOAD_LIMITS by the guarded reader (src/Edge/Multipart.ts: no input can throw out of the
+ * request), the file part staged in a temporary directory while it is hashed (refused the moment
+ * it passes 25 MiB, the rest of the body discarded), so its checks and its idempotency
+ * fingerprint (which covers the bytes' SHA-256) come before the request's transaction, as a JSON
+ * body's do. The HttpApi is given the request with that parsed body (`multipart` answers it, the
+ * body is not read twice); the staged directory is removed when the upload's scope closes.
  */
-import { createHash } from "node:crypto"
-import { createReadStream } from "node:fs"
-
-import { type HttpServerRequest, Multipart } from "@effect/platform"
+import { FileSystem, type HttpServerRequest, type Multipart } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Duration, Effect, Option, Scope } from "effect"
 
-import { MAX_FILE_BYTES, UPLOAD_LIMITS } from "../Domain/Files.js"
+import { isStagedFile, MAX_FILE_BYTES, UPLOAD_LIMITS } from "../Domain/Files.js"
 import { InvalidRequest } from "../Kernel/Errors.js"
 import { linger } from "./Hygiene.js"
+import { type MultipartLimits, type MultipartRefused, readMultipart } from "./Multipart.js"
 
 const MAX_BODY = Option.getOrThrow(UPLOAD_LIMITS.maxTotalSize)
+
+const LIMITS: MultipartLimits = {
+  maxParts: Option.getOrThrow(UPLOAD_LIMITS.maxParts),
+  maxFieldSize: UPLOAD_LIMITS.maxFieldSize,
+  maxPartSize: Option.getOrThrow(UPLOAD_LIMITS.maxFileSize),
+  maxTotalSize: MAX_BODY,
+  maxFileBytes: MAX_FILE_BYTES
+}
+
+/** The fields an upload may have beside `file`. */
+const FIELDS = new Set(["purpose"])
 
 const tooLarge = () =>
   new InvalidRequest({
@@ -25,54 +36,41 @@ const tooLarge = () =>
     param: "file"
   })
 
-/** The limit a multipart error reports (the staged-file writer wraps it as an `InternalError`). */
-const reasonOf = (error: Multipart.MultipartError): Multipart.MultipartError["reason"] => {
-  const cause = error.cause as { readonly _tag?: string; readonly limit?: string } | undefined
-  if (error.reason !== "InternalError" || cause?._tag !== "ReachedLimit") return error.reason
-  return cause.limit === "MaxPartSize"
-    ? "FileTooLarge"
-    : cause.limit === "MaxTotalSize"
-    ? "BodyTooLarge"
-    : cause.limit === "MaxParts"
-    ? "TooManyParts"
-    : "FieldTooLarge"
-}
-
 const missingFile = () =>
   new InvalidRequest({ code: "parameter_missing", message: "Send exactly one file part named `file`", param: "file" })
 
-const refusal = (error: Multipart.MultipartError): InvalidRequest => {
-  switch (reasonOf(error)) {
+const refusal = ({ part, reason }: MultipartRefused): InvalidRequest => {
+  switch (reason) {
     case "FileTooLarge":
-    case "BodyTooLarge":
+    case "MaxPartSize":
+    case "MaxTotalSize":
       return tooLarge()
-    case "TooManyParts":
+    case "MaxParts":
       return new InvalidRequest({ code: "invalid_request", message: "The body has too many parts: send `file` and `purpose`" })
-    case "FieldTooLarge":
-      return new InvalidRequest({ code: "parameter_invalid", message: "A form field is longer than 1024 bytes", param: "purpose" })
+    case "MaxFieldSize":
+      return new InvalidRequest({
+        code: "parameter_invalid",
+        message: "A form field is longer than 1024 bytes",
+        ...(part !== undefined && FIELDS.has(part) ? { param: part } : {})
+      })
     default:
-      return new InvalidRequest({ code: "invalid_request", message: "The multipart/form-data body could not be read" })
+      return new InvalidRequest({
+        code: "invalid_request",
+        message: "The multipart/form-data body could not be read: a malformed boundary, part header or encoding"
+      })
   }
 }
 
-const sha256Of = (path: string) =>
-  Effect.tryPromise({
-    try: async () => {
-      const hash = createHash("sha256")
-      let bytes = 0
-      for await (const chunk of createReadStream(path) as AsyncIterable<Buffer>) {
-        hash.update(chunk)
-        bytes += chunk.length
-      }
-      return { sha256: hash.digest("hex"), bytes }
-    },
-    catch: (e) => new Error(`reading the staged upload failed: ${String(e)}`)
-  }).pipe(Effect.orDie)
+/** `request` as the HttpApi reads it: its multipart body already read (`multipart` answers it). */
+const withParsedBody = (request: HttpServerRequest.HttpServerRequest, persisted: Multipart.Persisted) =>
+  new Proxy(request, {
+    get: (target, property) => (property === "multipart" ? Effect.succeed(persisted) : Reflect.get(target, property, target))
+  })
 
 /**
- * The upload's checks before its transaction; the text its idempotency fingerprint covers (the
- * purpose, the part's name and type, and the bytes' size and SHA-256). The staged file lives as
- * long as `scope`.
+ * The upload's checks before its transaction: the text its idempotency fingerprint covers (the
+ * purpose, the part's name and type, and the bytes' size and SHA-256),
+ * and the request the HttpApi is to read it from. The staged file lives as long as `scope`.
  */
 export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, scope: Scope.Scope, timeoutSeconds: number) =>
   Effect.gen(function*() {
@@ -85,16 +83,19 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
       })
     }
     const declared = request.headers["content-length"]
-    // (@effect/platform-node's multipart reader never finishes on a body of no bytes: refused here)
     if (declared !== undefined && Number(declared) === 0) return yield* missingFile()
     if (declared !== undefined && Number(declared) > MAX_BODY) {
       linger(request)
       return yield* tooLarge()
     }
-    const persisted = yield* Multipart.withLimits(request.multipart, UPLOAD_LIMITS).pipe(
-      Effect.catchTag("MultipartError", (error) => {
+    const fs = yield* FileSystem.FileSystem
+    const persisted = yield* Effect.gen(function*() {
+      const dir = yield* Effect.orDie(fs.makeTempDirectoryScoped({ prefix: "upload-" }))
+      return yield* readMultipart(NodeHttpServerRequest.toIncomingMessage(request), request.headers, dir, LIMITS)
+    }).pipe(
+      Effect.catchTag("MultipartRefused", (refused) => {
         linger(request)
-        return Effect.fail(refusal(error))
+        return Effect.fail(refusal(refused))
       }),
       Effect.provideService(Scope.Scope, scope),
       // a body that never ends (or a chunked one of no bytes) is refused, as the server's request timeout would
@@ -105,15 +106,21 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
       })
     )
     for (const key of Object.keys(persisted)) {
-      if (key !== "file" && key !== "purpose") {
+      if (key !== "file" && !FIELDS.has(key)) {
         return yield* new InvalidRequest({ code: "unknown_parameter", message: `Unknown parameter: ${key}`, param: key })
       }
     }
     const parts = persisted["file"]
-    const file = Array.isArray(parts) && parts.length === 1 && Multipart.isPersistedFile(parts[0]) ? parts[0] : undefined
+    const file = Array.isArray(parts) && parts.length === 1 && isStagedFile(parts[0]) ? parts[0] : undefined
     if (file === undefined) return yield* missingFile()
-    const { bytes, sha256 } = yield* sha256Of(file.path)
+    const { bytes, sha256 } = file
     if (bytes === 0) return yield* new InvalidRequest({ code: "file_empty", message: "The file is empty", param: "file" })
-    if (bytes > MAX_FILE_BYTES) return yield* tooLarge()
-    return JSON.stringify({ purpose: persisted["purpose"] ?? null, filename: file.name, content_type: file.contentType, bytes, sha256 })
+    const fingerprinted = JSON.stringify({
+      purpose: persisted["purpose"] ?? null,
+      filename: file.name,
+      content_type: file.contentType,
+      bytes,
+      sha256
+    })
+    return { body: fingerprinted, request: withParsedBody(request, persisted) }
   })
