@@ -11,22 +11,25 @@ import { createReadStream } from "node:fs"
 
 import type { Multipart } from "@effect/platform"
 import { HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, Stream } from "effect"
+import { Clock, Effect, Option, Stream } from "effect"
 
+import { Agents } from "./Agents.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { type FileListParams, filenameProblem, isMediaType, isStagedFile, MAX_FILE_BYTES, type UploadPurpose } from "./Domain/Files.js"
 import { type ByteRange, contentDisposition, parseRange } from "./Files/Download.js"
-import { FILE_CHUNK_BYTES, type FileRow, FilesRepo, toFile } from "./Files/Repo.js"
+import { FILE_CHUNK_BYTES, type FileRow, FilesRepo, type Reach, toFile } from "./Files/Repo.js"
 import * as Cursor from "./Kernel/Cursor.js"
-import { invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
+import { forbidden, invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
-import type { CellRef, Principal } from "./Kernel/Principal.js"
+import type { Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
+import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 
 export interface Upload {
   readonly file: Multipart.PersistedFile
   readonly purpose: UploadPurpose
+  readonly workspace_id?: string | undefined
 }
 
 /** Fixed-size slices of a byte stream (the last may be shorter). */
@@ -49,7 +52,32 @@ const slices = async function*(source: AsyncIterable<Buffer>) {
 export class Files extends Effect.Service<Files>()("Files", {
   effect: Effect.gen(function*() {
     const repo = yield* FilesRepo
+    const platform = yield* Platform
+    const agents = yield* Agents
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    /** The files a key reaches (D20): a workspace-bound key (the quickstart key) only its workspace's. */
+    const reachOf = (p: Principal) =>
+      Effect.map(platform.allowedWorkspace(p), (bound): Reach => ({
+        tenantId: p.tenantId,
+        environment: p.environment,
+        workspaceId: Option.getOrUndefined(bound)
+      }))
+
+    /**
+     * The workspace an upload belongs to: the one it names (of the environment, else 404), none (the
+     * environment's); through a workspace-bound key always its own (naming another is 403).
+     */
+    const workspaceOf = (p: Principal, named: string | undefined) =>
+      Effect.gen(function*() {
+        if (named !== undefined) yield* agents.getWorkspace(p, named)
+        const bound = Option.getOrUndefined(yield* platform.allowedWorkspace(p))
+        if (bound === undefined) return named ?? null
+        if (bound === "" || (named !== undefined && named !== bound)) {
+          return yield* forbidden("workspace_not_allowed", "This key can act only in its own (quickstart) workspace")
+        }
+        return bound
+      })
 
     const found = (row: FileRow | undefined) => (row ? Effect.succeed(row) : Effect.fail(notFound("file", "file_id")))
 
@@ -68,7 +96,7 @@ export class Files extends Effect.Service<Files>()("Files", {
       })
 
     /** An upload: refused with 429 `quota_exceeded` when its bytes do not fit the cell's `storage_bytes` quota. */
-    const upload = (p: Principal, { file, purpose }: Upload, storageLimit: number) =>
+    const upload = (p: Principal, { file, purpose, workspace_id }: Upload, storageLimit: number) =>
       Effect.gen(function*() {
         if (!isStagedFile(file)) return yield* Effect.dieMessage("an upload's file part is staged by the request pipeline")
         const problem = filenameProblem(file.name)
@@ -77,6 +105,7 @@ export class Files extends Effect.Service<Files>()("Files", {
         if (!isMediaType(contentType)) {
           return yield* invalid("parameter_invalid", "The file part's Content-Type is not a media type", "file")
         }
+        const workspaceId = yield* workspaceOf(p, workspace_id)
         const { bytes, sha256 } = file
         if (bytes === 0) return yield* invalid("file_empty", "The file is empty", "file")
         if (bytes > MAX_FILE_BYTES) return yield* invalid("file_too_large", `A file holds at most ${MAX_FILE_BYTES} bytes (25 MiB)`, "file")
@@ -92,6 +121,7 @@ export class Files extends Effect.Service<Files>()("Files", {
           sha256,
           purpose,
           run_id: null,
+          workspace_id: workspaceId,
           created_at: yield* now
         }
         if (!(yield* repo.insert({ ...row, created_by_key_id: p.keyId }, storageLimit))) {
@@ -100,8 +130,13 @@ export class Files extends Effect.Service<Files>()("Files", {
         return toFile(row)
       })
 
-    /** A file a run produced, written with the step that produced it (in its transaction). */
-    const produce = (run: { readonly id: string; readonly tenant_id: string; readonly environment: FileRow["environment"] }, file: {
+    /** A file a run produced, in its run's workspace, written with the step that produced it (in its transaction). */
+    const produce = (run: {
+      readonly id: string
+      readonly tenant_id: string
+      readonly environment: FileRow["environment"]
+      readonly workspace_id: string
+    }, file: {
       readonly id: string
       readonly filename: string
       readonly contentType: string
@@ -123,6 +158,7 @@ export class Files extends Effect.Service<Files>()("Files", {
           sha256: createHash("sha256").update(data).digest("hex"),
           purpose: "run_output",
           run_id: run.id,
+          workspace_id: run.workspace_id,
           created_at: yield* now,
           created_by_key_id: null
         })
@@ -142,14 +178,15 @@ export class Files extends Effect.Service<Files>()("Files", {
         Stream.catchTag("SqlError", (e) => Stream.die(e))
       )
 
-    const content = (p: CellRef, id: string, headers: Readonly<Record<string, string | undefined>>) =>
+    const content = (p: Principal, id: string, headers: Readonly<Record<string, string | undefined>>) =>
       Effect.gen(function*() {
-        const row = yield* found(yield* repo.file(p, id))
+        const row = yield* found(yield* repo.file(yield* reachOf(p), id))
         const etag = `"${row.sha256}"`
         const common = {
           etag,
           "accept-ranges": "bytes",
-          "content-disposition": contentDisposition(row.filename)
+          "content-disposition": contentDisposition(row.filename),
+          ...DOWNLOAD_HEADERS
         }
         if (matchesEtag(headers["if-none-match"], etag)) {
           return HttpServerResponse.empty({ status: 304, headers: common })
@@ -158,6 +195,7 @@ export class Files extends Effect.Service<Files>()("Files", {
         const range = ifRange !== undefined && ifRange !== etag ? undefined : parseRange(headers["range"], row.bytes)
         if (range === "unsatisfiable") {
           yield* setResponseHeader("content-range", `bytes */${row.bytes}`)
+          for (const [name, value] of Object.entries(DOWNLOAD_HEADERS)) yield* setResponseHeader(name, value)
           return yield* new RangeNotSatisfiable({
             code: "range_not_satisfiable",
             message: `The range starts past the end of the file (${row.bytes} bytes)`,
@@ -181,24 +219,24 @@ export class Files extends Effect.Service<Files>()("Files", {
     return {
       upload: (p: Principal, payload: Upload, storageLimit: number) => dieOnSqlError(upload(p, payload, storageLimit)),
       produce,
-      get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.file(p, id), found), toFile)),
-      list: (p: CellRef, params: FileListParams) =>
-        dieOnSqlError(
+      get: (p: Principal, id: string) =>
+        dieOnSqlError(Effect.map(Effect.flatMap(Effect.flatMap(reachOf(p), (reach) => repo.file(reach, id)), found), toFile)),
+      list: (p: Principal, params: FileListParams) =>
+        dieOnSqlError(Effect.flatMap(reachOf(p), (reach) =>
           Cursor.listPage(
             "files",
-            (t, e, after, limit) => repo.list(t, e, after, limit, params.purpose),
+            (_t, _e, after, limit) => repo.list(reach, after, limit, params),
             toFile
-          )(p, params)
-        ),
-      remove: (p: CellRef, id: string) =>
+          )(p, params))),
+      remove: (p: Principal, id: string) =>
         dieOnSqlError(
-          Effect.flatMap(repo.remove(p, id), (deleted) =>
+          Effect.flatMap(Effect.flatMap(reachOf(p), (reach) => repo.remove(reach, id)), (deleted) =>
             deleted ? Effect.succeed({ id, object: "file" as const, deleted: true as const }) : Effect.fail(notFound("file", "file_id")))
         ),
-      content: (p: CellRef, id: string, headers: Readonly<Record<string, string | undefined>>) => dieOnSqlError(content(p, id, headers)),
-      /** The cell's files among `ids` (run input references), by id. */
-      filesOf: (p: CellRef, ids: ReadonlyArray<string>) =>
-        Effect.map(repo.filesOf(p, ids), (rows) => new Map(rows.map((r) => [r.id, r] as const))),
+      content: (p: Principal, id: string, headers: Readonly<Record<string, string | undefined>>) => dieOnSqlError(content(p, id, headers)),
+      /** The files among `ids` that `reach` covers (run input references), by id. */
+      filesOf: (reach: Reach, ids: ReadonlyArray<string>) =>
+        Effect.map(repo.filesOf(reach, ids), (rows) => new Map(rows.map((r) => [r.id, r] as const))),
       /** The whole content of a file (run inputs for a model). */
       readAll: (fileId: string, bytes: number) =>
         Stream.runCollect(bytesOf(fileId, { start: 0, end: bytes - 1 })).pipe(
@@ -206,8 +244,11 @@ export class Files extends Effect.Service<Files>()("Files", {
         )
     } as const
   }),
-  dependencies: [FilesRepo.Default]
+  dependencies: [FilesRepo.Default, Platform.Default, Agents.Default]
 }) {}
+
+/** Every download's: a browser neither guesses another type than the stored one nor runs what the file holds (D20). */
+const DOWNLOAD_HEADERS = { "x-content-type-options": "nosniff", "content-security-policy": "sandbox" } as const
 
 /** The stored chunks a byte range covers: each one's index, and the offset and length within it. */
 export const chunkIndexes = (range: ByteRange) => {

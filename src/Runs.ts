@@ -173,11 +173,11 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
 
     const createRun = (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken: string | undefined) =>
       Effect.gen(function*() {
-        // On behalf of a user when an actor token comes along (its tool calls act for the user).
-        const item = yield* admittedInput(files, p, body.input)
-        const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         // The conversation is read by the admission's statement (404 when it is not the key's to see).
         const workspace = Option.getOrUndefined(yield* platform.allowedWorkspace(p))
+        const item = yield* admittedInput(files, p, body.input, workspace)
+        // On behalf of a user when an actor token comes along (its tool calls act for the user).
+        const user = actorToken === undefined ? undefined : yield* actors.requireActor(p, actorToken)
         const at = yield* now
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)

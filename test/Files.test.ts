@@ -2,7 +2,10 @@
  * Files (D13): multipart upload within 25 MiB (exactly 25 MiB accepted, one byte more refused while
  * streaming, empty refused), bytes and SHA-256 in Postgres, metadata reads and lists, download
  * with ETag / If-None-Match (304) / one Range (206, 416), idempotent uploads (same bytes replay,
- * other bytes 409), delete, another tenant's file 404 like a missing one, and scopes.
+ * other bytes 409), delete, another tenant's file 404 like a missing one, and scopes. Files belong
+ * to a workspace or to the environment (D20): the quickstart key reaches only its workspace's (read,
+ * list, download, delete, run input), uploads into it always, and downloads carry `nosniff` and
+ * `Content-Security-Policy: sandbox`.
  */
 import { createHash, randomBytes } from "node:crypto"
 
@@ -12,10 +15,10 @@ import { Effect } from "effect"
 
 import { MAX_FILE_BYTES } from "../src/Domain/Files.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, provisionSandbox, request } from "./support/Client.js"
-import { expectErrorCode, expectSingle } from "./support/Envelopes.js"
+import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
+import { expectErrorCode, expectList, expectSingle } from "./support/Envelopes.js"
 import { download, upload } from "./support/Files.js"
-import { scriptedSandbox } from "./support/Sandboxes.js"
+import { AGENT_SCOPES, sandboxWithKey, scriptedSandbox } from "./support/Sandboxes.js"
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex")
 
@@ -179,6 +182,7 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "120 seconds" })("fil
       expect(produced).toMatchObject({
         purpose: "run_output",
         run_id: run.id,
+        workspace_id: s.ws.id,
         filename: "report.txt",
         bytes: 10,
         content_type: "text/plain; charset=utf-8",
@@ -186,5 +190,89 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "120 seconds" })("fil
       })
       const content = yield* download(s.P, filesKey, produced.id)
       expect(Buffer.from(content.bytes).toString()).toBe("the report")
+    }))
+
+  it.effect("files belong to a workspace: the quickstart key reaches only its own (get, list, download, delete, run input)", () =>
+    Effect.gen(function*() {
+      const sb = yield* sandboxWithKey([...AGENT_SCOPES, "files:read", "files:write"], "files")
+      const quickstart = (yield* operator("GET", `/tenants/${sb.tenantId}/environments/sandbox/quickstart`)).body
+      const other = expectSingle(yield* request("POST", `${sb.P}/workspaces`, { key: sb.manager, body: { name: "Other" } }), 201)
+      // a key of the environment: a file of the environment, of another workspace, of the quickstart's
+      const environmentFile = expectSingle(yield* upload(sb.P, sb.manager, "of the environment"), 201)
+      // (the finding: the quickstart key read, downloaded and deleted every file of the environment)
+      expectErrorCode(yield* request("GET", `${sb.P}/files/${environmentFile.id}`, { key: sb.key }), 404, "resource_missing")
+      expect(environmentFile.workspace_id).toBeNull()
+      const otherFile = expectSingle(yield* upload(sb.P, sb.manager, "of the other", { workspaceId: other.id }), 201)
+      expect(otherFile.workspace_id).toBe(other.id)
+      const unknown = yield* upload(sb.P, sb.manager, "x", { workspaceId: "ws_unknown" })
+      expectErrorCode(unknown, 404, "resource_missing")
+      expect(unknown.body.error.param).toBe("workspace_id")
+      // the quickstart key uploads into its workspace, named or not; another is 403
+      const mine = expectSingle(yield* upload(sb.P, sb.key, "of the quickstart"), 201)
+      expect(mine.workspace_id).toBe(quickstart.workspace_id)
+      const named = expectSingle(yield* upload(sb.P, sb.key, "named", { workspaceId: quickstart.workspace_id }), 201)
+      expect(named.workspace_id).toBe(quickstart.workspace_id)
+      expectErrorCode(yield* upload(sb.P, sb.key, "x", { workspaceId: other.id }), 403, "workspace_not_allowed")
+      // the fingerprint covers the workspace: the same key and bytes naming another workspace is 409
+      expectSingle(yield* upload(sb.P, sb.manager, "same", { idempotencyKey: "ws-fp" }), 201)
+      expectErrorCode(yield* upload(sb.P, sb.manager, "same", { idempotencyKey: "ws-fp", workspaceId: other.id }), 409)
+
+      // another workspace's file and the environment's are missing to it; its own are there
+      for (const foreign of [otherFile, environmentFile]) {
+        expectErrorCode(yield* request("GET", `${sb.P}/files/${foreign.id}`, { key: sb.key }), 404, "resource_missing")
+        expect((yield* download(sb.P, sb.key, foreign.id)).status).toBe(404)
+        expectErrorCode(yield* request("DELETE", `${sb.P}/files/${foreign.id}`, { key: sb.key }), 404, "resource_missing")
+      }
+      expect(expectSingle(yield* request("GET", `${sb.P}/files/${mine.id}`, { key: sb.key }))).toEqual(mine)
+      expect(Buffer.from((yield* download(sb.P, sb.key, mine.id)).bytes).toString()).toBe("of the quickstart")
+      const listed = expectList(yield* request("GET", `${sb.P}/files`, { key: sb.key })).items.map((f: any) => f.id)
+      expect(listed).toEqual([named.id, mine.id])
+      // a key of the environment sees them all, and filters by workspace
+      const all = expectList(yield* request("GET", `${sb.P}/files`, { key: sb.manager })).items.map((f: any) => f.id)
+      expect(all).toEqual(expect.arrayContaining([environmentFile.id, otherFile.id, mine.id, named.id]))
+      const ofOther = expectList(yield* request("GET", `${sb.P}/files?workspace_id=${other.id}`, { key: sb.manager })).items
+      expect(ofOther.map((f: any) => f.id)).toEqual([otherFile.id])
+
+      // run input: another workspace's file is missing to it, its own is admitted
+      const conversation = expectSingle(
+        yield* request("POST", `${sb.P}/conversations`, {
+          key: sb.key,
+          body: { workspace_id: quickstart.workspace_id, agent_revision_id: quickstart.agent_revision_id }
+        }),
+        201
+      )
+      const runWith = (fileId: string) =>
+        request("POST", `${sb.P}/conversations/${conversation.id}/runs`, {
+          key: sb.key,
+          body: { input: [{ type: "text", text: "read" }, { type: "file", file_id: fileId }] }
+        })
+      const refused = yield* runWith(otherFile.id)
+      expectErrorCode(refused, 404, "resource_missing")
+      expect(refused.body.error.param).toBe("input.1.file_id")
+      expectErrorCode(yield* runWith(environmentFile.id), 404, "resource_missing")
+      expectSingle(yield* runWith(mine.id), 202)
+
+      // its own it may delete
+      expectSingle(yield* request("DELETE", `${sb.P}/files/${named.id}`, { key: sb.key }))
+      expectSingle(yield* request("GET", `${sb.P}/files/${otherFile.id}`, { key: sb.manager }))
+    }))
+
+  it.effect("downloads carry X-Content-Type-Options: nosniff and Content-Security-Policy: sandbox (200, 206, 304, 416)", () =>
+    Effect.gen(function*() {
+      const sb = yield* provisionSandbox()
+      const file = expectSingle(yield* upload(sb.P, sb.key, "<script>alert(1)</script>", { type: "text/html", filename: "x.html" }), 201)
+      for (
+        const [headers, status] of [
+          [{}, 200],
+          [{ range: "bytes=0-3" }, 206],
+          [{ "if-none-match": `"${file.sha256}"` }, 304],
+          [{ range: "bytes=999-" }, 416]
+        ] as const
+      ) {
+        const got = yield* download(sb.P, sb.key, file.id, headers)
+        expect(got.status).toBe(status)
+        expect(got.headers.get("x-content-type-options")).toBe("nosniff")
+        expect(got.headers.get("content-security-policy")).toBe("sandbox")
+      }
     }))
 })

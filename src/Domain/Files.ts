@@ -7,6 +7,7 @@ import { Option, Schema } from "effect"
 
 import { ListParams } from "../Kernel/Cursor.js"
 import { Timestamp } from "../Kernel/Ids.js"
+import { RefString } from "../Kernel/Strings.js"
 
 /** The largest upload: exactly 25 MiB is accepted, one byte more is 400 `file_too_large`. */
 export const MAX_FILE_BYTES = 25 * 1024 * 1024
@@ -33,6 +34,10 @@ export const FileObject = Schema.Struct({
   sha256: Schema.String.annotations({ description: "Lowercase hex SHA-256 of the bytes; also the download's `ETag`" }),
   purpose: FilePurpose,
   run_id: Schema.NullOr(Schema.String).annotations({ description: "The run that produced it (`run_output`), else null" }),
+  workspace_id: Schema.NullOr(Schema.String).annotations({
+    description: "The workspace it belongs to (the one its upload named, or its run's), or null: a file of the environment. " +
+      "A workspace-bound key (the quickstart key) sees only its workspace's files"
+  }),
   created_at: Timestamp
 }).annotations({ identifier: "File" })
 export type FileObject = typeof FileObject.Type
@@ -45,7 +50,8 @@ export const DeletedFile = Schema.Struct({
 
 export const FileListParams = Schema.Struct({
   ...ListParams.fields,
-  purpose: Schema.optional(FilePurpose).annotations({ description: "Only files of this purpose" })
+  purpose: Schema.optional(FilePurpose).annotations({ description: "Only files of this purpose" }),
+  workspace_id: Schema.optional(RefString).annotations({ description: "Only files of this workspace" })
 })
 export type FileListParams = typeof FileListParams.Type
 

@@ -27,7 +27,7 @@ const LIMITS: MultipartLimits = {
 }
 
 /** The fields an upload may have beside `file`. */
-const FIELDS = new Set(["purpose"])
+const FIELDS = new Set(["purpose", "workspace_id"])
 
 const tooLarge = () =>
   new InvalidRequest({
@@ -46,7 +46,10 @@ const refusal = ({ part, reason }: MultipartRefused): InvalidRequest => {
     case "MaxTotalSize":
       return tooLarge()
     case "MaxParts":
-      return new InvalidRequest({ code: "invalid_request", message: "The body has too many parts: send `file` and `purpose`" })
+      return new InvalidRequest({
+        code: "invalid_request",
+        message: "The body has too many parts: send `file`, `purpose` and at most `workspace_id`"
+      })
     case "MaxFieldSize":
       return new InvalidRequest({
         code: "parameter_invalid",
@@ -69,7 +72,7 @@ const withParsedBody = (request: HttpServerRequest.HttpServerRequest, persisted:
 
 /**
  * The upload's checks before its transaction: the text its idempotency fingerprint covers (the
- * purpose, the part's name and type, and the bytes' size and SHA-256),
+ * purpose, the workspace when named, the part's name and type, and the bytes' size and SHA-256),
  * and the request the HttpApi is to read it from. The staged file lives as long as `scope`.
  */
 export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, scope: Scope.Scope, timeoutSeconds: number) =>
@@ -115,8 +118,11 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
     if (file === undefined) return yield* missingFile()
     const { bytes, sha256 } = file
     if (bytes === 0) return yield* new InvalidRequest({ code: "file_empty", message: "The file is empty", param: "file" })
+    const workspace = persisted["workspace_id"]
     const fingerprinted = JSON.stringify({
       purpose: persisted["purpose"] ?? null,
+      // (only when named: the fingerprint of an upload without it stays what it was)
+      ...(workspace === undefined ? {} : { workspace_id: workspace }),
       filename: file.name,
       content_type: file.contentType,
       bytes,

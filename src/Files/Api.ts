@@ -7,15 +7,24 @@ import { List, Single } from "../Kernel/Envelope.js"
 import { RangeNotSatisfiableError, Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
+import { RefString } from "../Kernel/Strings.js"
 
 const fileId = idParam("file_id")
+
+/** What a workspace-bound key sees of files (D20). */
+const WORKSPACE_BOUND = "A workspace-bound key (the quickstart key) reaches only its workspace's files: another's, or one of " +
+  "the environment, is 404 as a missing one."
 
 export const UploadFile = HttpApiSchema.Multipart(
   Schema.Struct({
     file: Multipart.SingleFileSchema.annotations({
       description: `The bytes, as one file part (its filename and Content-Type are kept): 1 to ${MAX_FILE_BYTES} bytes (25 MiB)`
     }),
-    purpose: UploadPurpose
+    purpose: UploadPurpose,
+    workspace_id: Schema.optional(RefString).annotations({
+      description: "The workspace the file belongs to (its runs may use it); omitted: the environment's. Through a " +
+        "workspace-bound key (the quickstart key) always that key's workspace"
+    })
   }).annotations({ identifier: "UploadFile" }),
   UPLOAD_LIMITS
 )
@@ -24,7 +33,8 @@ const FileBytes = HttpApiSchema.Uint8Array({ contentType: "application/octet-str
   description: "The file's bytes, served with its stored Content-Type"
 })
 
-const DOWNLOAD = "Streams the bytes with the stored `Content-Type`, `Content-Length`, " +
+const DOWNLOAD = "Streams the bytes with the stored `Content-Type`, `Content-Length`, `X-Content-Type-Options: nosniff`, " +
+  "`Content-Security-Policy: sandbox` (a browser neither guesses the type nor runs what it holds), " +
   "`Content-Disposition: attachment; filename*=UTF-8''...` and `ETag` (the quoted SHA-256). `If-None-Match` with that " +
   "tag answers 304 with no body. One `Range: bytes=a-b` (or `a-`, `-n`) answers 206 with `Content-Range`; a range that " +
   "starts past the end answers 416 `range_not_satisfiable` (with `Content-Range: bytes */<size>`); several ranges, or " +
@@ -44,7 +54,9 @@ export class FilesApi extends HttpApiGroup.make("files")
       .addSuccess(Single(FileObject, 201))
       .annotate(
         OpenApi.Description,
-        "`multipart/form-data` with `file` (one file part) and `purpose`. Exactly 25 MiB (26,214,400 bytes) is accepted; " +
+        "`multipart/form-data` with `file` (one file part), `purpose` and optionally `workspace_id` (a workspace of " +
+          "this environment, else 404 `param: workspace_id`; a workspace-bound key may name only its own, else 403 " +
+          "`workspace_not_allowed`, and its files are always in its workspace). Exactly 25 MiB (26,214,400 bytes) is accepted; " +
           "one byte more is 400 `file_too_large`, checked while the body streams in; an empty file is 400 `file_empty`. " +
           "Idempotent like every mutation: the same Idempotency-Key with the same bytes, name, type and purpose replays " +
           "the answer; with different bytes it is 409 `idempotency_key_reused`. A file that does not fit the " +
@@ -70,13 +82,18 @@ export class FilesApi extends HttpApiGroup.make("files")
       .annotate(OpenApi.Summary, "List files")
       .setUrlParams(FileListParams)
       .addSuccess(List(FileObject))
-      .annotate(OpenApi.Description, "Newest first; `purpose` filters.")
+      .annotate(
+        OpenApi.Description,
+        "Newest first; `purpose` and `workspace_id` filter. A workspace-bound key (the quickstart key) lists only its " +
+          "workspace's files."
+      )
       .annotate(RequiredScopes, ["files:read"])
   )
   .add(
     HttpApiEndpoint.get("getFile")`/v1/tenants/${tenantId}/environments/${environment}/files/${fileId}`
       .annotate(OpenApi.Summary, "Get a file")
       .addSuccess(Single(FileObject))
+      .annotate(OpenApi.Description, WORKSPACE_BOUND)
       .annotate(RequiredScopes, ["files:read"])
   )
   .add(
@@ -86,7 +103,8 @@ export class FilesApi extends HttpApiGroup.make("files")
       .addSuccess(Single(DeletedFile))
       .annotate(
         OpenApi.Description,
-        "Deletes the file and its bytes. Runs that already read it keep what they read; new runs naming it are refused."
+        "Deletes the file and its bytes. Runs that already read it keep what they read; new runs naming it are refused. " +
+          WORKSPACE_BOUND
       )
       .annotate(RequiredScopes, ["files:write"])
   )
@@ -97,7 +115,7 @@ export class FilesApi extends HttpApiGroup.make("files")
       .addSuccess(FileBytes.annotations(HttpApiSchema.annotations({ status: 206 })))
       .addSuccess(HttpApiSchema.NoContent.annotations(HttpApiSchema.annotations({ status: 304 })))
       .addError(RangeNotSatisfiableError)
-      .annotate(OpenApi.Description, DOWNLOAD)
+      .annotate(OpenApi.Description, `${DOWNLOAD} ${WORKSPACE_BOUND}`)
       .annotate(RequiredScopes, ["files:read"])
   )
   .middleware(ServiceKey)

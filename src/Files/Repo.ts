@@ -25,6 +25,7 @@ export const FileRow = Schema.Struct({
   sha256: Schema.String,
   purpose: FilePurpose,
   run_id: Schema.NullOr(Schema.String),
+  workspace_id: Schema.NullOr(Schema.String),
   created_at: Rows.Time
 })
 export type FileRow = typeof FileRow.Type
@@ -38,10 +39,19 @@ export const toFile = (r: FileRow): FileObject => ({
   sha256: r.sha256,
   purpose: r.purpose,
   run_id: r.run_id,
+  workspace_id: r.workspace_id,
   created_at: toIso(r.created_at)
 })
 
-const columns = "id, tenant_id, environment, filename, content_type, bytes, sha256, purpose, run_id, created_at"
+const columns = "id, tenant_id, environment, filename, content_type, bytes, sha256, purpose, run_id, workspace_id, created_at"
+
+/**
+ * Which files of a cell a caller reaches: all of them, or (a workspace-bound key, D20) only those
+ * of its workspace.
+ */
+export interface Reach extends CellRef {
+  readonly workspaceId?: string | undefined
+}
 
 const Slice = Schema.Struct({ data: Rows.Bytes })
 
@@ -57,36 +67,47 @@ export class FilesRepo extends Effect.Service<FilesRepo>()("FilesRepo", {
     const insert = (row: FileRow & { readonly created_by_key_id: string | null }, storageLimit?: number) =>
       sql`WITH counted AS (${countStorage(sql, { tenantId: row.tenant_id, environment: row.environment }, row.bytes, storageLimit)})
           INSERT INTO files (id, tenant_id, environment, filename, content_type, bytes, sha256, purpose, run_id,
-            created_by_key_id, created_at)
+            workspace_id, created_by_key_id, created_at)
           SELECT ${row.id}, ${row.tenant_id}, ${row.environment}, ${row.filename}, ${row.content_type}, ${row.bytes},
-            ${row.sha256}, ${row.purpose}, ${row.run_id}, ${row.created_by_key_id}, ${row.created_at}
+            ${row.sha256}, ${row.purpose}, ${row.run_id}, ${row.workspace_id}, ${row.created_by_key_id}, ${row.created_at}
           WHERE EXISTS (SELECT 1 FROM counted)
           RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
 
     const insertChunk = (fileId: string, index: number, data: Uint8Array) =>
       sql`INSERT INTO file_chunks (file_id, index, data) VALUES (${fileId}, ${index}, ${data})`.pipe(Rows.none)
 
-    const file = (cell: CellRef, id: string) =>
-      sql`SELECT ${cols} FROM files WHERE id = ${id} AND tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`
-        .pipe(Rows.maybe(FileRow))
+    /** The files `reach` covers. */
+    const within = (reach: Reach) =>
+      sql`tenant_id = ${reach.tenantId} AND environment = ${reach.environment}
+          ${reach.workspaceId === undefined ? sql`` : sql`AND workspace_id = ${reach.workspaceId}`}`
 
-    /** The cell's files among `ids` (run input references). */
-    const filesOf = (cell: CellRef, ids: ReadonlyArray<string>) =>
-      ids.length === 0 ? Effect.succeed([]) : sql`SELECT ${cols} FROM files WHERE id IN ${sql.in(ids)}
-          AND tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`.pipe(Rows.all(FileRow))
+    const file = (reach: Reach, id: string) =>
+      sql`SELECT ${cols} FROM files WHERE id = ${id} AND ${within(reach)}`.pipe(Rows.maybe(FileRow))
 
-    const list = (tenantId: string, environment: string, after: string | undefined, limit: number, purpose: FilePurpose | undefined) =>
-      sql`SELECT ${cols} FROM files WHERE tenant_id = ${tenantId} AND environment = ${environment}
-          ${purpose === undefined ? sql`` : sql`AND purpose = ${purpose}`}
+    /** The files among `ids` that `reach` covers (run input references). */
+    const filesOf = (reach: Reach, ids: ReadonlyArray<string>) =>
+      ids.length === 0
+        ? Effect.succeed([])
+        : sql`SELECT ${cols} FROM files WHERE id IN ${sql.in(ids)} AND ${within(reach)}`.pipe(Rows.all(FileRow))
+
+    const list = (
+      reach: Reach,
+      after: string | undefined,
+      limit: number,
+      filter: { readonly purpose?: FilePurpose | undefined; readonly workspace_id?: string | undefined }
+    ) =>
+      sql`SELECT ${cols} FROM files WHERE ${within(reach)}
+          ${filter.purpose === undefined ? sql`` : sql`AND purpose = ${filter.purpose}`}
+          ${filter.workspace_id === undefined ? sql`` : sql`AND workspace_id = ${filter.workspace_id}`}
           ${after === undefined ? sql`` : sql`AND id < ${after}`}
           ORDER BY id DESC LIMIT ${limit + 1}`.pipe(Rows.all(FileRow))
 
     /** Deletes the file (its chunks cascade) and gives its bytes back to the cell's stored bytes. */
-    const remove = (cell: CellRef, id: string) =>
+    const remove = (reach: Reach, id: string) =>
       sql`WITH deleted AS (
-            DELETE FROM files WHERE id = ${id} AND tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
+            DELETE FROM files WHERE id = ${id} AND ${within(reach)}
             RETURNING id, bytes
-          ), released AS (${releaseStorage(sql, cell, sql`deleted`)})
+          ), released AS (${releaseStorage(sql, reach, sql`deleted`)})
           SELECT id FROM deleted`.pipe(Effect.map((rows) => rows.length > 0))
 
     /** `length` bytes of chunk `index` from byte `offset` within it (Postgres reads only those TOAST pages). */

@@ -1,7 +1,8 @@
 /**
  * A run's input as admitted (D13, D19): each text item within MAX_RUN_TEXT characters, at most
- * MAX_INPUT_FILES file items, each naming a file of the caller's environment; and the user message
- * the conversation records for it (its text items joined, its files by id, name and type).
+ * MAX_INPUT_FILES file items, each naming a file of the caller's environment (of its workspace, for
+ * a workspace-bound key, D20); and the user message the conversation records for it (its text items
+ * joined, its files by id, name and type).
  */
 import { Effect } from "effect"
 
@@ -11,7 +12,13 @@ import type { Files } from "../Files.js"
 import { invalid, notFound } from "../Kernel/Errors.js"
 import type { CellRef } from "../Kernel/Principal.js"
 
-export const admittedInput = (files: Files, cell: CellRef, input: ReadonlyArray<InputContent>) =>
+export const admittedInput = (
+  files: Files,
+  cell: CellRef,
+  input: ReadonlyArray<InputContent>,
+  /** a workspace-bound key's workspace: only its files may be named (D20) */
+  workspaceId?: string
+) =>
   Effect.gen(function*() {
     const tooLarge = input.findIndex((c) => c.type === "text" && c.text.length > MAX_RUN_TEXT)
     if (tooLarge >= 0) {
@@ -29,7 +36,10 @@ export const admittedInput = (files: Files, cell: CellRef, input: ReadonlyArray<
         `input.${fileItems[MAX_INPUT_FILES]!.i}`
       )
     }
-    const found = yield* files.filesOf(cell, fileItems.map((f) => f.id))
+    const found = yield* files.filesOf(
+      { tenantId: cell.tenantId, environment: cell.environment, workspaceId },
+      fileItems.map((f) => f.id)
+    )
     const named: Array<InputFile> = []
     for (const { i, id } of fileItems) {
       const row = found.get(id)

@@ -8,6 +8,8 @@ export interface UploadOptions {
   readonly type?: string
   readonly purpose?: string
   readonly idempotencyKey?: string
+  /** the `workspace_id` form field (D20) */
+  readonly workspaceId?: string
 }
 
 /** POST P/files as multipart/form-data (fetch's FormData): the reply, parsed. */
@@ -16,6 +18,7 @@ export const upload = (P: string, key: string, bytes: Uint8Array | string, optio
     Effect.promise(async () => {
       const form = new FormData()
       form.append("purpose", options.purpose ?? "run_input")
+      if (options.workspaceId !== undefined) form.append("workspace_id", options.workspaceId)
       form.append("file", new Blob([bytes], { type: options.type ?? "application/octet-stream" }), options.filename ?? "data.bin")
       const res = await fetch(`${app.baseUrl}${P}/files`, {
         method: "POST",
