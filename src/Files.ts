@@ -11,7 +11,7 @@ import { createReadStream } from "node:fs"
 
 import type { Multipart } from "@effect/platform"
 import { HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, Option, Stream } from "effect"
+import { Clock, Data, Effect, Option, Stream } from "effect"
 
 import { Agents } from "./Agents.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -48,6 +48,9 @@ const slices = async function*(source: AsyncIterable<Buffer>) {
   }
   if (size > 0) yield Buffer.concat(pending, size)
 }
+
+/** A run's output file does not fit the cell's `storage_bytes` quota (D20): nothing of it is written. */
+export class StorageFull extends Data.TaggedError("StorageFull")<{ readonly fileId: string; readonly limit: number }> {}
 
 export class Files extends Effect.Service<Files>()("Files", {
   effect: Effect.gen(function*() {
@@ -130,7 +133,11 @@ export class Files extends Effect.Service<Files>()("Files", {
         return toFile(row)
       })
 
-    /** A file a run produced, in its run's workspace, written with the step that produced it (in its transaction). */
+    /**
+     * A file a run produced, in its run's workspace, written with the step that produced it (in its
+     * transaction); its bytes counted only while they fit `storageLimit`, else StorageFull (the
+     * step's transaction then rolls back, and the run reports the file as not stored).
+     */
     const produce = (run: {
       readonly id: string
       readonly tenant_id: string
@@ -141,14 +148,13 @@ export class Files extends Effect.Service<Files>()("Files", {
       readonly filename: string
       readonly contentType: string
       readonly content: Uint8Array
-    }) =>
+    }, storageLimit: number) =>
       Effect.gen(function*() {
         const data = Buffer.from(file.content.buffer, file.content.byteOffset, file.content.byteLength)
         for (let i = 0, index = 0; i < data.length; i += FILE_CHUNK_BYTES, index++) {
           yield* repo.insertChunk(file.id, index, data.subarray(i, i + FILE_CHUNK_BYTES))
         }
-        // counted in the cell's stored bytes, never refused: the run's step already happened
-        yield* repo.insert({
+        const stored = yield* repo.insert({
           id: file.id,
           tenant_id: run.tenant_id,
           environment: run.environment,
@@ -161,7 +167,8 @@ export class Files extends Effect.Service<Files>()("Files", {
           workspace_id: run.workspace_id,
           created_at: yield* now,
           created_by_key_id: null
-        })
+        }, storageLimit)
+        if (!stored) return yield* new StorageFull({ fileId: file.id, limit: storageLimit })
       })
 
     /** The bytes of `range` (inclusive ends), slice by slice from the stored chunks. */

@@ -7,6 +7,9 @@
  * `if_version`: omitted, a write always succeeds; `0`, only if the key does not exist; `n > 0`, only
  * if the key exists at version `n`. Anything else is 409 `version_conflict`. A deleted key starts
  * again at version 1.
+ *
+ * Values count toward the cell's `storage_bytes` quota (D20): a write that does not fit writes
+ * nothing, 429 `quota_exceeded` over HTTP, a tool error for an agent's `memory_put`.
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -29,7 +32,8 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { currentRequest } from "./Kernel/RequestContext.js"
-import { MemoryRepo, type Place, toItem, type Write } from "./Memory/Repo.js"
+import { MemoryRepo, type MemoryRow, type Place, toItem, type Write } from "./Memory/Repo.js"
+import { quotaExceeded, quotaMessage } from "./Quotas/Exceeded.js"
 
 /** What a built-in memory tool answers the agent: an output, or an error it can read. */
 export type ToolAnswer =
@@ -41,7 +45,15 @@ export interface ToolTarget {
   readonly cell: CellRef
   readonly workspaceId: string
   readonly runId: string
+  /** the cell's `storage_bytes` quota (D20: memory values count toward it) */
+  readonly storageLimit: number
 }
+
+/** A write as `if_version` and the storage quota allowed it: the item written, or why none was. */
+type Written =
+  | { readonly _tag: "Written"; readonly row: MemoryRow }
+  | { readonly _tag: "VersionConflict" }
+  | { readonly _tag: "OverQuota" }
 
 /** The run's commit refused the answer (the run changed meanwhile): its write is rolled back. */
 class AnswerRefused extends Data.TaggedError("AnswerRefused") {}
@@ -93,34 +105,52 @@ export class Memory extends Effect.Service<Memory>()("Memory", {
         return row ? toItem(row) : yield* missingItem
       })
 
-    /** Writes as `if_version` allows (the module's comment); undefined when it does not. */
-    const write = (place: Place, w: Write, ifVersion: number | undefined) =>
-      ifVersion === undefined
-        ? repo.upsert(place, w)
-        : ifVersion === 0
-        ? repo.create(place, w)
-        : repo.replace(place, w, ifVersion)
+    /** The caller's workspace, held for its transaction's writes (another cell's is missing). */
+    const heldPlace = (p: Principal, workspaceId: string) =>
+      Effect.flatMap(
+        repo.hold({ cell: p, workspaceId }),
+        (held) => held ? Effect.succeed({ cell: p, workspaceId } satisfies Place) : Effect.fail(notFound("workspace", "workspace_id"))
+      )
 
-    const put = (p: Principal, workspaceId: string, key: string, body: PutMemoryItem) =>
+    /**
+     * Writes as `if_version` allows (the module's comment) and the value's size fits `storageLimit`
+     * (the difference with the value it replaces counts). The workspace is held.
+     */
+    const write = (place: Place, w: Write, bytes: number, ifVersion: number | undefined, storageLimit: number) =>
       Effect.gen(function*() {
-        const place = yield* placeOf(p, workspaceId)
+        const before = yield* repo.stored(place, w.key)
+        if (ifVersion !== undefined && ifVersion !== (before?.version ?? 0)) return { _tag: "VersionConflict" } as const
+        const row = before === undefined
+          ? yield* repo.insert(place, w, bytes, storageLimit)
+          : yield* repo.update(place, w, bytes - before.bytes, storageLimit)
+        return row === undefined ? { _tag: "OverQuota" } as const : { _tag: "Written", row } as const
+      }) satisfies Effect.Effect<Written, SqlError>
+
+    const put = (p: Principal, workspaceId: string, key: string, body: PutMemoryItem, storageLimit: number) =>
+      Effect.gen(function*() {
+        const place = yield* heldPlace(p, workspaceId)
         const { bytes, json } = serialised(body.value)
         if (bytes > MAX_VALUE_BYTES) return yield* invalid("value_too_large", tooLarge(bytes), "value")
-        const row = yield* write(place, { key, json, by: yield* writerOf(p), at: yield* now }, body.if_version)
-        if (row === undefined) {
-          return yield* conflict(
-            "version_conflict",
-            body.if_version === 0
-              ? `The key ${key} exists already (if_version 0 writes only a new key)`
-              : `The key ${key} is not at version ${body.if_version}: read it again and retry`
-          )
+        const at = yield* now
+        const written = yield* write(place, { key, json, by: yield* writerOf(p), at }, bytes, body.if_version, storageLimit)
+        switch (written._tag) {
+          case "Written":
+            return toItem(written.row)
+          case "OverQuota":
+            return yield* quotaExceeded("storage_bytes", storageLimit, at)
+          case "VersionConflict":
+            return yield* conflict(
+              "version_conflict",
+              body.if_version === 0
+                ? `The key ${key} exists already (if_version 0 writes only a new key)`
+                : `The key ${key} is not at version ${body.if_version}: read it again and retry`
+            )
         }
-        return toItem(row)
       })
 
     const remove = (p: Principal, workspaceId: string, key: string) =>
       Effect.gen(function*() {
-        if (!(yield* repo.remove(yield* placeOf(p, workspaceId), key))) return yield* missingItem
+        if (!(yield* repo.remove(yield* heldPlace(p, workspaceId), key))) return yield* missingItem
         return { object: "memory_item" as const, key, deleted: true as const }
       })
 
@@ -159,13 +189,20 @@ export class Memory extends Effect.Service<Memory>()("Memory", {
             const { bytes, json } = serialised(value)
             if (bytes > MAX_VALUE_BYTES) return refuse("value_too_large", tooLarge(bytes))
             return Effect.gen(function*() {
-              const row = yield* repo.upsert(place, {
-                key,
-                json,
-                by: { type: "run", id: target.runId },
-                at: yield* now
-              })
-              if (!(yield* answer({ ok: true, output: { key, version: row.version } }))) return yield* new AnswerRefused()
+              yield* repo.hold(place)
+              const at = yield* now
+              const written = yield* write(
+                place,
+                { key, json, by: { type: "run", id: target.runId }, at },
+                bytes,
+                undefined,
+                target.storageLimit
+              )
+              // past the quota: nothing written, a tool error the run reports (D20)
+              const answered = written._tag === "Written"
+                ? yield* answer({ ok: true, output: { key, version: written.row.version } })
+                : yield* refuse("quota_exceeded", quotaMessage("storage_bytes", target.storageLimit, at))
+              if (!answered) return yield* new AnswerRefused()
               return true
             }).pipe(sql.withTransaction, Effect.catchTag("AnswerRefused", () => Effect.succeed(false)))
           }
@@ -176,7 +213,8 @@ export class Memory extends Effect.Service<Memory>()("Memory", {
     return {
       list: (p: Principal, workspaceId: string, params: MemoryListParams) => dieOnSqlError(list(p, workspaceId, params)),
       get: (p: Principal, workspaceId: string, key: string) => dieOnSqlError(get(p, workspaceId, key)),
-      put: (p: Principal, workspaceId: string, key: string, body: PutMemoryItem) => dieOnSqlError(put(p, workspaceId, key, body)),
+      put: (p: Principal, workspaceId: string, key: string, body: PutMemoryItem, storageLimit: number) =>
+        dieOnSqlError(put(p, workspaceId, key, body, storageLimit)),
       remove: (p: Principal, workspaceId: string, key: string) => dieOnSqlError(remove(p, workspaceId, key)),
       toolCall
     } as const

@@ -3,14 +3,15 @@
  * `version_conflict`), `updated_by` (the key, or the user of an actor token), values of exactly
  * 64 KiB accepted and one byte more refused (400 `value_too_large`), keys by their pattern (400
  * naming `key`), lists in key order with a prefix and D6 cursors, another tenant's workspace and
- * keys answered as missing ones, and the scopes `memory:read` / `memory:write`.
+ * keys answered as missing ones, and the scopes `memory:read` / `memory:write`. Values count
+ * toward the `storage_bytes` quota (D20): a write past it is 429 and stores nothing.
  */
 import { describe, expect, it as unit, layer } from "@effect/vitest"
 import { Clock, Effect } from "effect"
 import { exportJWK, generateKeyPair, SignJWT } from "jose"
 import { valueProblem } from "../src/Domain/Memory.js"
 import { makeTestApp } from "./support/App.js"
-import { createKey, request } from "./support/Client.js"
+import { createKey, operator, request } from "./support/Client.js"
 import { expectError, expectErrorCode, expectList, expectSingle, keysOf } from "./support/Envelopes.js"
 import { sandboxWithKey } from "./support/Sandboxes.js"
 
@@ -157,6 +158,55 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "60 seconds" })("work
         "cursor"
       )
       expect(keys(expectList(yield* s.call("GET", "?prefix=zz")))).toEqual([])
+    }))
+
+  it.effect("values count toward storage_bytes (D20): counted, an overwrite counts the difference, a delete gives them back; past the limit 429, nothing stored", () =>
+    Effect.gen(function*() {
+      const s = yield* memorySandbox()
+      const stored = Effect.map(
+        request("GET", `${s.P}/quotas`, { key: s.key }),
+        (r) => expectList(r).items.find((q: any) => q.name === "storage_bytes")
+      )
+      expect((yield* stored).used).toBe(0)
+      // the UTF-8 bytes of the JSON as stored: "\"éé\"" is 6, {"a":1} is 7
+      expectSingle(yield* s.put("k1", { value: "éé" }))
+      expectSingle(yield* s.put("k2", { value: { a: 1 } }))
+      expect((yield* stored).used).toBe(13)
+      expectSingle(yield* s.put("k1", { value: "x".repeat(98) })) // 100 bytes in place of 6
+      expect((yield* stored).used).toBe(107)
+      expectSingle(yield* s.put("k1", { value: 1 })) // 1 byte in place of 100
+      expect((yield* stored).used).toBe(8)
+
+      expect((yield* operator("PUT", `/tenants/${s.tenantId}/environments/sandbox/quotas/storage_bytes`, { limit: 50 })).status).toBe(200)
+      const over = yield* s.put("k3", { value: "y".repeat(41) }, { idempotencyKey: "over-1" }) // 43 bytes: 51 > 50
+      expectError(over, 429, "rate_limited", "quota_exceeded")
+      expect(over.headers.get("retry-after")).toBe("60")
+      expect(over.body.error.message).toContain("storage_bytes")
+      expectErrorCode(yield* s.call("GET", "/k3"), 404, "resource_missing")
+      // an overwrite that grows past it is refused too, and the stored value stays
+      expectErrorCode(yield* s.put("k2", { value: "z".repeat(60) }), 429, "quota_exceeded")
+      expect(expectSingle(yield* s.call("GET", "/k2"))).toMatchObject({ value: { a: 1 }, version: 1 })
+      expect(yield* stored).toMatchObject({ used: 8, limit: 50 })
+      // exactly up to the limit is stored; a shrink or a delete always is
+      expectSingle(yield* s.put("k3", { value: "y".repeat(40) }, { idempotencyKey: "fits" })) // 42 bytes: 50
+      expect((yield* stored).used).toBe(50)
+      expectSingle(yield* s.call("DELETE", "/k2"))
+      expect((yield* stored).used).toBe(43)
+      // the refused request was not kept: its Idempotency-Key writes once there is room
+      expectSingle(yield* s.put("k3", { value: "y".repeat(41) }, { idempotencyKey: "over-1" }))
+      expect((yield* stored).used).toBe(44)
+      // concurrent writes of one new key, each of another size: what is counted is what stays stored
+      expect((yield* operator("PUT", `/tenants/${s.tenantId}/environments/sandbox/quotas/storage_bytes`, { limit: 10_000 })).status)
+        .toBe(200)
+      const replies = yield* Effect.forEach(
+        Array.from({ length: 16 }, (_, i) => i),
+        (i) => s.put("race", { value: "r".repeat(i * 10) }),
+        { concurrency: "unbounded" }
+      )
+      expect(replies.every((r) => r.status === 200)).toBe(true)
+      const last = expectSingle(yield* s.call("GET", "/race"))
+      expect(last.version).toBe(16)
+      expect((yield* stored).used).toBe(44 + JSON.stringify(last.value).length)
     }))
 
   it.effect("another tenant's workspace and keys are 404 with the body of missing ones; scopes are enforced", () =>

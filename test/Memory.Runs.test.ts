@@ -3,8 +3,9 @@
  * `memory_get` and `memory_put`; a scripted run calls them as reads (no approval), each with its
  * started/completed events and a `tool_call` usage record, the write stored with `updated_by` the
  * run and shared across the workspace's conversations. Bad input is a tool error the run goes on
- * after. Revisions: `memory` defaults to false, counts in the content hash only when true, and a
- * revision with memory cannot add a tool named like a built-in (400 `tool_name_reserved`).
+ * after, and so is a `memory_put` past the `storage_bytes` quota (D20). Revisions: `memory`
+ * defaults to false, counts in the content hash only when true, and a revision with memory cannot
+ * add a tool named like a built-in (400 `tool_name_reserved`).
  */
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
@@ -182,6 +183,35 @@ layer(
       const refused = yield* s.run(plain.id)
       expect(refused.run.status).toBe("failed")
       expect(toolEvents(refused.events)).toEqual([])
+    }))
+
+  it.effect("memory_put past the storage_bytes quota (D20) is a tool error quota_exceeded: nothing stored, the run goes on", () =>
+    Effect.gen(function*() {
+      const s = yield* memoryAgent
+      expect((yield* operator("PUT", `/tenants/${s.tenantId}/environments/sandbox/quotas/storage_bytes`, { limit: 20 })).status).toBe(200)
+      const rev = expectSingle(
+        yield* s.revision([
+          { type: "tool_call", tool: "memory_put", input: { key: "small", value: "x".repeat(8) } }, // 10 bytes
+          { type: "tool_call", tool: "memory_put", input: { key: "large", value: "y".repeat(9) } }, // 11 bytes: 21 > 20
+          { type: "text", text: "Done." }
+        ], { memory: true }),
+        201
+      )
+      const { events, run } = yield* s.run(rev.id)
+      expect(run.status).toBe("succeeded")
+      expect(toolEvents(events)).toEqual([
+        ["run.tool_call.started", "memory_put"],
+        ["run.tool_call.completed", "memory_put"],
+        ["run.tool_call.started", "memory_put"],
+        ["run.tool_call.failed", "memory_put"]
+      ])
+      const failed = events.find((e) => e.type === "run.tool_call.failed")!.data.error
+      expect(failed.type).toBe("quota_exceeded")
+      expect(failed.message).toContain("storage_bytes")
+      expectError(yield* s.item("large"), 404, "not_found", "resource_missing", "key")
+      expect(expectSingle(yield* s.item("small")).value).toBe("x".repeat(8))
+      const quotas = (yield* request("GET", `${s.P}/quotas`, { key: s.key })).body.items
+      expect(quotas.find((q: any) => q.name === "storage_bytes")).toMatchObject({ used: 10, limit: 20 })
     }))
 
   it.effect("revisions: memory in the content hash only when true; a tool named like a built-in is refused with memory", () =>

@@ -4,7 +4,8 @@
  * until midnight UTC, nothing of them written, a refused request safe to retry), and against
  * `concurrent_runs = 5` exactly 5, a finished run making room; `tokens_per_day` stops admissions
  * once the day's model calls reached it (the counter equals the records' sum); `storage_bytes`
- * refuses an upload that does not fit, a deleted file gives its bytes back; the operator's routes
+ * refuses an upload that does not fit, a deleted file gives its bytes back, and a run's output file
+ * that does not fit is reported (`run.file.failed`, `quota_exceeded`) instead of stored (D20); the operator's routes
  * and their refusals; on TestClock, the daily quotas reset at midnight UTC.
  */
 import { SqlClient } from "@effect/sql"
@@ -226,6 +227,30 @@ layer(makeTestApp({ rateLimit: UNLIMITED, dbPoolSize: 24 }), { excludeTestServic
         expectSingle(yield* upload(s.P, key, Buffer.alloc(600, 4)), 201)
         expectSingle(yield* request("DELETE", `${s.P}/files/${exact.id}`, { key }))
         expect((yield* quotasOf(s.P, key)).storage_bytes.used).toBe(600)
+      }))
+
+    it.effect("storage_bytes holds for run outputs (D20): a file that does not fit is reported quota_exceeded, not stored; the run goes on", () =>
+      Effect.gen(function*() {
+        const s = yield* scriptedSandbox([
+          { type: "file", filename: "big.txt", content: "x".repeat(100) },
+          { type: "file", filename: "small.txt", content: "fits" },
+          { type: "text", text: "done" }
+        ])
+        const key = (yield* createKey(s.tenantId, ["files:read", "usage:read"], "files")).secret
+        expect((yield* setQuota(s.tenantId, "storage_bytes", 50)).status).toBe(200)
+        const run = expectSingle(yield* s.startRun((yield* s.conversation()).id, "hi", { headers: { prefer: "wait=10" } }))
+        expect(run.status).toBe("succeeded")
+        const events = (yield* s.events(run.id)).items
+        const failed = events.filter((e) => e.type === "run.file.failed")
+        expect(failed).toHaveLength(1)
+        expect(failed[0].data).toMatchObject({ filename: "big.txt", bytes: 100, error: { type: "quota_exceeded" } })
+        expect(failed[0].data.error.message).toContain("storage_bytes")
+        const created = events.filter((e) => e.type === "run.file.created")
+        expect(created.map((e) => e.data)).toEqual([{ file_id: expect.any(String), filename: "small.txt", bytes: 4 }])
+        expect(events.map((e) => e.type).slice(-4)).toEqual(["run.file.failed", "run.file.created", "run.message", "run.succeeded"])
+        const files = expectList(yield* request("GET", `${s.P}/files`, { key })).items
+        expect(files.map((f: any) => f.filename)).toEqual(["small.txt"])
+        expect((yield* quotasOf(s.P, key)).storage_bytes).toMatchObject({ limit: 50, used: 4 })
       }))
 
     it.effect("operators: list and set; 0 admits nothing; unknown quota, bad limits, unknown environments, no token are refused", () =>

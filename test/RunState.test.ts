@@ -20,6 +20,7 @@ const sample: Record<TriggerType["_tag"], TriggerType> = {
   ToolCallCompleted: Trigger.ToolCallCompleted(),
   ToolCallFailed: Trigger.ToolCallFailed(),
   FileCreated: Trigger.FileCreated(),
+  FileFailed: Trigger.FileFailed(),
   Succeed: Trigger.Succeed(),
   Fail: Trigger.Fail({ reason: "authorization_revoked" }),
   RequireAction: Trigger.RequireAction(),
@@ -69,7 +70,9 @@ const EXPECTED: ReadonlyArray<readonly [string, TriggerType["_tag"], string, str
   ["running", "ToolCallFailed", "running", "run.tool_call.failed"],
   ["cancel_requested", "ToolCallFailed", "cancel_requested", "run.tool_call.failed"],
   // D13: a file the agent produced, written with its event while the run works
-  ["running", "FileCreated", "running", "run.file.created"]
+  ["running", "FileCreated", "running", "run.file.created"],
+  // D20: a file that did not fit the storage quota is reported instead, and the run goes on
+  ["running", "FileFailed", "running", "run.file.failed"]
 ]
 
 describe("run state machine", () => {

@@ -29,6 +29,7 @@ import cellPlacements from "./migrations/0020_cell_placements.js"
 import idempotencyGate from "./migrations/0021_idempotency_gate.js"
 import tenantBounds from "./migrations/0022_tenant_bounds.js"
 import fileWorkspaces from "./migrations/0023_file_workspaces.js"
+import workspaceStorage from "./migrations/0023_workspace_storage.js"
 import webhookEvents from "./migrations/0024_webhook_events.js"
 import environmentLimits from "./migrations/0025_environment_limits.js"
 import keyFailureAudits from "./migrations/0027_key_failure_audits.js"
@@ -59,6 +60,7 @@ export const loader = Migrator.fromRecord({
   "0020_cell_placements": cellPlacements,
   "0021_idempotency_gate": idempotencyGate,
   "0022_tenant_bounds": tenantBounds,
+  "0023_workspace_storage": workspaceStorage,
   "0023_file_workspaces": fileWorkspaces,
   "0024_webhook_events": webhookEvents,
   "0025_environment_limits": environmentLimits,

@@ -58,7 +58,8 @@ export const ScriptedFileStep = Schema.Struct({
 }).annotations({
   identifier: "ScriptedFileStep",
   description: "The model's next answer carries this file too: the run stores it (`purpose: run_output`) and emits " +
-    "`run.file.created`. Like a sleep, it belongs to the call that takes the step after it"
+    "`run.file.created` (`run.file.failed` with `quota_exceeded` when it does not fit `storage_bytes`). Like a sleep, " +
+    "it belongs to the call that takes the step after it"
 })
 
 export const ScriptedStep = Schema.Union(

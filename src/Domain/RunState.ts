@@ -56,6 +56,7 @@ export const EventType = Schema.Literal(
   "run.tool_call.completed",
   "run.tool_call.failed",
   "run.file.created",
+  "run.file.failed",
   "run.requires_action",
   "run.approval.decided",
   "run.cancel_requested",
@@ -78,6 +79,8 @@ export type Trigger = Data.TaggedEnum<{
   ToolCallFailed: {}
   /** The agent produced a file (D13: a `run_output` file, written with this event). */
   FileCreated: {}
+  /** A file the agent produced was not stored (D20: it did not fit the `storage_bytes` quota). */
+  FileFailed: {}
   /** The agent's work completed with final content. */
   Succeed: {}
   /** The agent's work ended in error (model failure, authorization revoked, ...). */
@@ -130,6 +133,7 @@ export const TABLE: ReadonlyArray<Row> = [
   { trigger: "ToolCallCompleted", from: ["running", "cancel_requested"], to: "same", event: "run.tool_call.completed" },
   { trigger: "ToolCallFailed", from: ["running", "cancel_requested"], to: "same", event: "run.tool_call.failed" },
   { trigger: "FileCreated", from: ["running"], to: "same", event: "run.file.created" },
+  { trigger: "FileFailed", from: ["running"], to: "same", event: "run.file.failed" },
   { trigger: "Succeed", from: ["running"], to: "succeeded", event: "run.succeeded" },
   // Revocation is checked before start and before each dispatch, so a queued or waiting run can fail.
   { trigger: "Fail", from: ACTIVE, to: "failed", event: "run.failed" },

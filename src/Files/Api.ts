@@ -60,8 +60,9 @@ export class FilesApi extends HttpApiGroup.make("files")
           "one byte more is 400 `file_too_large`, checked while the body streams in; an empty file is 400 `file_empty`. " +
           "Idempotent like every mutation: the same Idempotency-Key with the same bytes, name, type and purpose replays " +
           "the answer; with different bytes it is 409 `idempotency_key_reused`. A file that does not fit the " +
-          "environment's `storage_bytes` quota (the bytes of its files, run outputs included) is 429 `quota_exceeded` " +
-          "(`Retry-After: 60`; room comes from deleted files or a raised limit). This request body is the API's one " +
+          "environment's `storage_bytes` quota (the bytes of its files, run outputs included, and of its memory values) is " +
+          "429 `quota_exceeded` (`Retry-After: 60`; room comes from deleted files or memory keys, or a raised limit). A " +
+          "malformed multipart body (boundary, part header, encoding) is 400 `invalid_request`. This request body is the API's one " +
           "exception to JSON bodies."
       )
       .annotate(Refusals, [

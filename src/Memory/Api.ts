@@ -55,7 +55,10 @@ export class MemoryApi extends HttpApiGroup.make("memory")
           "JSON value of at most 64 KiB (the UTF-8 bytes of its JSON serialisation). `if_version` makes the write " +
           "conditional: `0` writes only a key that does not exist, `n` only a key at version `n` (a missing key is a " +
           "conflict); otherwise 409 `version_conflict` and nothing is written. Omitted: the write always succeeds. A deleted " +
-          `key starts again at version 1. ${MISSING}`
+          "key starts again at version 1. Values count toward the environment's `storage_bytes` quota (the UTF-8 bytes of " +
+          "each stored value, with its files): a write past it (an overwrite counts the difference) is 429 " +
+          "`quota_exceeded` (`Retry-After: 60`) and writes nothing; a delete gives the bytes back. " +
+          MISSING
       )
       .annotate(Refusals, [
         {

@@ -17,11 +17,13 @@ export const QUOTAS_DESCRIPTION =
   "`runs_per_day` (runs admitted in the UTC day) and `concurrent_runs` (runs admitted and not finished) are counted " +
   "by the run admission itself; `tokens_per_day` (input and output tokens of the day's model calls) by the step " +
   "that made the call: once reached, no run is admitted until midnight UTC (a running run finishes its step); " +
-  "`storage_bytes` (the bytes of the environment's files, run outputs included) by the upload, which is refused " +
-  "when the file does not fit; `webhook_endpoints` and `schedules` (D20: how many the environment has, 16 and 100 " +
+  "`storage_bytes` (the bytes of the environment's files, run outputs included, and of its workspace memory values) " +
+  "by the upload, the memory write or the run step that stores them, refused when they do not fit (D20: `used` never " +
+  "exceeds `limit`; in a run, a file that does not fit is reported `run.file.failed` and a `memory_put` is a tool " +
+  "error, both `quota_exceeded`); `webhook_endpoints` and `schedules` (D20: how many the environment has, 16 and 100 " +
   "by default) by their creation. Past a quota the request is 429 `quota_exceeded` with `Retry-After`: the seconds " +
   "until `resets_at` for a daily quota, 1 for `concurrent_runs`, 60 for the others (room comes only from " +
-  "deleted files, endpoints or schedules, or a raised limit). Limits are set by the operator; an environment starts with its kind's " +
+  "deleted files, memory keys, endpoints or schedules, or a raised limit). Limits are set by the operator; an environment starts with its kind's " +
   "defaults (sandbox small, production large)."
 
 export class QuotasApi extends HttpApiGroup.make("quotas")

@@ -5,7 +5,8 @@ import { nextUtcMidnight, type QuotaName, retryAfterSeconds } from "../Domain/Qu
 import { RateLimited } from "../Kernel/Errors.js"
 import { setResponseHeader } from "../Kernel/RequestContext.js"
 
-const why = (name: QuotaName, limit: number, at: Date): string => {
+/** Why an exhausted quota refuses, and when (or how) it has room again. */
+export const quotaMessage = (name: QuotaName, limit: number, at: Date): string => {
   switch (name) {
     case "runs_per_day":
       return `This environment admitted ${limit} runs today, its runs_per_day quota; it admits runs again at ${
@@ -31,5 +32,5 @@ const why = (name: QuotaName, limit: number, at: Date): string => {
 export const quotaExceeded = (name: QuotaName, limit: number, at: Date): Effect.Effect<never, RateLimited> =>
   Effect.zipRight(
     setResponseHeader("retry-after", String(retryAfterSeconds(name, at))),
-    Effect.fail(new RateLimited({ code: "quota_exceeded", message: why(name, limit, at) }))
+    Effect.fail(new RateLimited({ code: "quota_exceeded", message: quotaMessage(name, limit, at) }))
   )

@@ -92,7 +92,7 @@ export const admittedRow = (a: Admission, eventId: string, conversation: RunConv
 
 export const plan = (
   locked: Locked,
-  commits: ReadonlyArray<Commit>,
+  commits: ReadonlyArray<Commit<unknown>>,
   at: Date
 ): Either.Either<Plan, RunState.TransitionRefused> => {
   let status = locked.status

@@ -252,7 +252,7 @@ const make = Effect.gen(function*() {
    * cell's generation. Undefined when the guard does not hold (someone else wrote the run, the cell
    * moved): the caller commits under the run's lock instead, which reads the truth.
    */
-  const guarded = (known: Locked, commits: ReadonlyArray<Commit>, fence: number) =>
+  const guarded = (known: Locked, commits: ReadonlyArray<Commit<unknown>>, fence: number) =>
     Effect.gen(function*() {
       const at = yield* now
       const planned = plan(known, commits, at)
@@ -285,7 +285,7 @@ const make = Effect.gen(function*() {
     })
 
   /** The commit under the run's lock (fenced by the cell's generation when `fence` is given). */
-  const lockedCommit = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
+  const lockedCommit = <E>(runId: string, commits: ReadonlyArray<Commit<E>>, fence?: number) =>
     sql.withTransaction(Effect.gen(function*() {
       const locked = fence === undefined
         ? yield* sql`SELECT * FROM runs WHERE id = ${runId} FOR UPDATE`.pipe(Rows.maybe(LockedRow))
@@ -307,7 +307,7 @@ const make = Effect.gen(function*() {
       return committed
     }))
 
-  const commitAll = (runId: string, commits: ReadonlyArray<Commit>, fence?: number) =>
+  const commitAll = <E = never>(runId: string, commits: ReadonlyArray<Commit<E>>, fence?: number) =>
     Effect.suspend(() => {
       const known = fence === undefined || commits.some((c) => c.also !== undefined) ? undefined : kept.get(runId)
       if (known === undefined) return lockedCommit(runId, commits, fence)

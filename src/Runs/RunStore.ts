@@ -89,8 +89,11 @@ export interface UsageRecordInput {
   readonly output_tokens: number
 }
 
-/** One trigger of a run's state machine and what the step commits with it. */
-export interface Commit {
+/**
+ * One trigger of a run's state machine and what the step commits with it. `E`: how its `also` may
+ * refuse (the whole commit is then rolled back and fails with it).
+ */
+export interface Commit<E = never> {
   readonly trigger: RunState.Trigger
   /** The event's `data` (the run's new status and reason are added). */
   readonly data?: Record<string, unknown>
@@ -104,7 +107,7 @@ export interface Commit {
   /** Set `execution_deadline_at` to this time (resuming after an approval wait, which it does not count). */
   readonly executionDeadlineAt?: Date
   /** More writes for the same transaction (an approval, a tool operation), run once the commit is allowed. */
-  readonly also?: Effect.Effect<unknown, SqlError>
+  readonly also?: Effect.Effect<unknown, SqlError | E>
 }
 
 /**
@@ -174,16 +177,16 @@ export interface RunStoreShape {
    * bump waits for); a cell restored since, anywhere, fences it off: nothing is written and the
    * committing fiber is interrupted (its owner lost the cell; the new owner drives the run).
    */
-  readonly commitAll: (
+  readonly commitAll: <E = never>(
     runId: string,
-    commits: ReadonlyArray<Commit>,
+    commits: ReadonlyArray<Commit<E>>,
     fence?: number
   ) => Effect.Effect<
     Either.Either<
       { readonly status: RunState.RunStatus; readonly events: ReadonlyArray<EventRow>; readonly row: RunRow },
       RunState.TransitionRefused
     >,
-    SqlError
+    SqlError | E
   >
   /**
    * The conversation's latest items, in order (JSON, decoded by the reader): everything since its

@@ -84,7 +84,7 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       return { _tag: "Admitted", eventId, conversation } as const
     }))
 
-  const commitAll = (runId: string, commits: ReadonlyArray<Commit>) =>
+  const commitAll = <E = never>(runId: string, commits: ReadonlyArray<Commit<E>>) =>
     lock.withPermits(1)(Effect.gen(function*() {
       const locked = runs.get(runId)
       if (!locked) return Either.left(new RunState.TransitionRefused({ status: "queued", trigger: commits[0]!.trigger._tag }))

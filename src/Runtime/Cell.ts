@@ -94,7 +94,7 @@ export const make = (id: CellId, options: CellOptions) =>
     }).pipe(Effect.interruptible, Effect.forkScoped)
 
     const supervised = (runId: string): Effect.Effect<void> =>
-      options.runActor(runId, { slots, cellGeneration: generation, wakeAt }).pipe(
+      options.runActor(runId, { slots, cellGeneration: generation, wakeAt, quotaLimits: Ref.get(quotaLimits) }).pipe(
         Effect.sandbox,
         Effect.tapError((cause) =>
           Cause.isInterruptedOnly(cause)

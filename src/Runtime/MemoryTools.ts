@@ -3,8 +3,8 @@
  * revision has `memory: true`. They run as reads (no approval) through the same steps as a customer
  * read: the key is checked again, `run.tool_call.started`, then `run.tool_call.completed` or
  * `run.tool_call.failed` with a `tool_call` usage record (its `tool_id` the built-in's name). Bad
- * input (a key outside the pattern, a value over 64 KiB) is a tool error the model reads, not a
- * failed run. `memory_put`'s write is committed in the same transaction as its answer
+ * input (a key outside the pattern, a value over 64 KiB) and a value past the cell's `storage_bytes`
+ * quota (D20: `quota_exceeded`, nothing written) are tool errors the model reads, not a failed run. `memory_put`'s write is committed in the same transaction as its answer
  * (src/Memory.ts `toolCall`): a crash cannot lose the event of a write or write twice.
  */
 import { Effect } from "effect"
@@ -43,7 +43,12 @@ export const resolveMemoryTool = (env: ToolCallEnv, call: ProposedCall & { reado
       }
     }
     const answered = yield* memory.toolCall(
-      { cell: { tenantId: row.tenant_id, environment: row.environment }, workspaceId: row.workspace_id, runId: row.id },
+      {
+        cell: { tenantId: row.tenant_id, environment: row.environment },
+        workspaceId: row.workspace_id,
+        runId: row.id,
+        storageLimit: yield* env.storageLimit
+      },
       call.name,
       call.input,
       (answer) => env.commit(answerOf(answer))

@@ -22,6 +22,7 @@ import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
 import { MEMORY_TOOLS } from "../Domain/Memory.js"
+import type { QuotaLimits } from "../Domain/Quotas.js"
 import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
@@ -85,6 +86,8 @@ export interface ActorOptions {
   readonly cellGeneration: number
   /** Revives this run's actor at `at` (an approval's expiry): the cell's alarm, not a held fiber. */
   readonly wakeAt: (runId: string, at: Date) => Effect.Effect<void>
+  /** The cell's quota limits now (D16; D20: its files and memory values fit `storage_bytes`). */
+  readonly quotaLimits: Effect.Effect<QuotaLimits>
 }
 
 export const run = (runId: string, options: ActorOptions) =>
@@ -103,11 +106,15 @@ export const run = (runId: string, options: ActorOptions) =>
      * Commits, fenced by the cell's generation (a cell restored elsewhere interrupts this actor); a
      * refusal means someone else (a cancel, a budget) changed the run first.
      */
-    const commit = (...commits: ReadonlyArray<Commit>) =>
+    const commit = <E = never>(...commits: ReadonlyArray<Commit<E>>) =>
       Effect.suspend(() => {
-        const all = pendingStart === undefined ? commits : [pendingStart, ...commits]
+        const start = pendingStart
         pendingStart = undefined
-        return Effect.map(repo.commitAll(runId, all, options.cellGeneration), Either.isRight)
+        return repo.commitAll(runId, start === undefined ? commits : [start, ...commits], options.cellGeneration).pipe(
+          Effect.map(Either.isRight),
+          // nothing was committed (a file that did not fit rolled it back): the start goes with the next one
+          Effect.tapError(() => Effect.sync(() => void (pendingStart ??= start)))
+        )
       })
 
     /**
@@ -161,7 +168,8 @@ export const run = (runId: string, options: ActorOptions) =>
           commit,
           unauthorized: unauthorized(row),
           wakeAt: (at) => options.wakeAt(runId, at),
-          memory
+          memory,
+          storageLimit: Effect.map(options.quotaLimits, (limits) => limits.storage_bytes)
         }
         // The input's files are the run's own user message's: read once per run, not per model call.
         let inputs: ReadonlyMap<string, Uint8Array> | undefined
@@ -222,7 +230,8 @@ export const run = (runId: string, options: ActorOptions) =>
             })
             return
           }
-          const done = yield* commitStep(agent, result.right, yield* RunFiles.producedFiles(row, result.right.files))
+          const files = yield* RunFiles.producedFiles(row, result.right.files, yield* toolEnv.storageLimit)
+          const done = yield* commitStep(agent, result.right, files)
           if (done) return
         }
         yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })
@@ -233,7 +242,7 @@ export const run = (runId: string, options: ActorOptions) =>
       agent: { model_profile_id: string; provider: string; model: string },
       result: StepResult,
       /** the files of the answer (D13), committed before it */
-      files: ReadonlyArray<Commit>
+      files: ReadonlyArray<RunFiles.OutputFile>
     ) => {
       const usage = [{
         kind: "model_call" as const,
@@ -264,8 +273,7 @@ export const run = (runId: string, options: ActorOptions) =>
       if (result._tag === "Final") {
         const content = [{ type: "text" as const, text: result.text }]
         return Effect.as(
-          commit(
-            ...files,
+          RunFiles.committedWithFiles(commit, files, [
             {
               trigger: Trigger.Message(),
               data: {
@@ -278,13 +286,13 @@ export const run = (runId: string, options: ActorOptions) =>
               usage
             },
             { trigger: Trigger.Succeed(), data: { output: content }, output: content }
-          ),
+          ]),
           true
         )
       }
       // Proposed tool calls: recorded with the step; the loop resolves them before the next model call.
       return Effect.as(
-        commit(...files, {
+        RunFiles.committedWithFiles(commit, files, [{
           trigger: Trigger.Message(),
           data: {
             role: "assistant",
@@ -298,7 +306,7 @@ export const run = (runId: string, options: ActorOptions) =>
             ...result.calls.map((c) => ({ type: "tool_call", call_id: c.call_id, name: c.name, input: c.input }))
           ],
           usage
-        }),
+        }]),
         false
       )
     }

@@ -52,6 +52,8 @@ export interface ToolCallEnv {
   readonly wakeAt: (at: Date) => Effect.Effect<void>
   /** The revision offers the built-in memory tools (D14, src/Runtime/MemoryTools.ts). */
   readonly memory: boolean
+  /** The cell's `storage_bytes` quota now (D20: `memory_put` values count toward it). */
+  readonly storageLimit: Effect.Effect<number>
 }
 
 /** Tool calls proposed but not yet answered, in order. */
