@@ -28,7 +28,6 @@ import quotas from "./migrations/0019_quotas.js"
 import cellPlacements from "./migrations/0020_cell_placements.js"
 import idempotencyGate from "./migrations/0021_idempotency_gate.js"
 import tenantBounds from "./migrations/0022_tenant_bounds.js"
-import fileWorkspaces from "./migrations/0023_file_workspaces.js"
 import workspaceStorage from "./migrations/0023_workspace_storage.js"
 import webhookEvents from "./migrations/0024_webhook_events.js"
 import environmentLimits from "./migrations/0025_environment_limits.js"
@@ -61,7 +60,6 @@ export const loader = Migrator.fromRecord({
   "0021_idempotency_gate": idempotencyGate,
   "0022_tenant_bounds": tenantBounds,
   "0023_workspace_storage": workspaceStorage,
-  "0023_file_workspaces": fileWorkspaces,
   "0024_webhook_events": webhookEvents,
   "0025_environment_limits": environmentLimits,
   "0027_key_failure_audits": keyFailureAudits
