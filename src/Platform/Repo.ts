@@ -125,13 +125,13 @@ export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo",
 
     /**
      * Claims the audit entry of a failed authentication with the key at `at`: true at most once per
-     * `seconds` per key, across processes (the key row's lock orders concurrent claims).
+     * `seconds` per key, across processes (its row's lock orders concurrent claims).
      */
     const claimFailureAudit = (keyId: string, at: Date, seconds: number) =>
-      sql`UPDATE api_keys SET failure_audited_at = ${at}
-          WHERE id = ${keyId}
-            AND (failure_audited_at IS NULL OR failure_audited_at <= ${at}::timestamptz - make_interval(secs => ${seconds}))
-          RETURNING id`.pipe(Rows.all(Schema.Struct({ id: Schema.String })), Effect.map((rows) => rows.length > 0))
+      sql`INSERT INTO key_failure_audits AS a (key_id, audited_at) VALUES (${keyId}, ${at})
+          ON CONFLICT (key_id) DO UPDATE SET audited_at = EXCLUDED.audited_at
+          WHERE a.audited_at <= EXCLUDED.audited_at - make_interval(secs => ${seconds})
+          RETURNING key_id`.pipe(Rows.all(Schema.Struct({ key_id: Schema.String })), Effect.map((rows) => rows.length > 0))
 
     const apiKeys = (tenantId: string, env: string, cursor: string | undefined, limit: number) =>
       sql`SELECT ${keyColumns} FROM api_keys
