@@ -157,6 +157,25 @@ export interface AppConfigShape {
   readonly quotas: QuotaDefaults
   /** the cluster (issue 19): this node's runner address and the shard-lock timings */
   readonly cluster: ClusterConfig
+  /** fair shares of the node between its cells (issue 36): capacities, cell weights, metric labels */
+  readonly shares: ShareConfig
+}
+
+export interface ShareConfig {
+  /** SHARE_STEP_CONCURRENCY: run steps (a model call and its commit) executing at once on this node */
+  readonly stepConcurrency: number
+  /** SHARE_OUTBOUND_CONCURRENCY: calls out (models, tools, webhooks, key sets) in flight at once on this node */
+  readonly outboundConcurrency: number
+  /** SHARE_BYTES_CONCURRENCY: file chunks (64 KiB-1 MiB) of uploads and downloads moving at once on this node */
+  readonly bytesConcurrency: number
+  /**
+   * CELL_WEIGHTS: `tenant/environment=weight` pairs, comma-separated (e.g. `ten_a/production=4`): a
+   * cell of weight 4 gets four turns for one of a cell of weight 1 when both wait; 1 unless set here
+   * or by the operator API (which wins)
+   */
+  readonly cellWeights: ReadonlyMap<string, number>
+  /** METRICS_CELL_LABELS: the shares' metrics carry a `cell` label (tenant ids in /metrics); off by default */
+  readonly cellLabels: boolean
 }
 
 export interface ClusterConfig {
@@ -301,6 +320,28 @@ export const defaultWebhookConfig: WebhookConfig = {
 
 export const defaultScheduleConfig: ScheduleConfig = { pollMillis: 1000 }
 
+export const defaultShareConfig: ShareConfig = {
+  stepConcurrency: 16,
+  outboundConcurrency: 256,
+  bytesConcurrency: 8,
+  cellWeights: new Map(),
+  cellLabels: false
+}
+
+/** CELL_WEIGHTS: `tenant/environment=weight,...` (weights > 0, at most 1000). */
+export const parseCellWeights = (text: string): Either.Either<ReadonlyMap<string, number>, string> => {
+  const weights = new Map<string, number>()
+  for (const part of text.split(",").map((p) => p.trim()).filter((p) => p.length > 0)) {
+    const match = /^([A-Za-z0-9_-]+\/[A-Za-z0-9_-]+)\s*=\s*(\d+(?:\.\d+)?)$/.exec(part)
+    const weight = match === null ? NaN : Number(match[2])
+    if (match === null || !(weight > 0 && weight <= 1000)) {
+      return Either.left(`CELL_WEIGHTS: ${JSON.stringify(part)} is not tenant/environment=weight (a number > 0, at most 1000)`)
+    }
+    weights.set(match[1]!, weight)
+  }
+  return Either.right(weights)
+}
+
 export const defaultClusterConfig: ClusterConfig = {
   runnerHost: "127.0.0.1",
   secret: Option.none(),
@@ -436,6 +477,16 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       pollMillis: bounded("SCHEDULER_POLL_MILLIS", 1000, 60_000)
     }),
     quotas: quotaDefaultsConfig,
+    shares: Config.all({
+      stepConcurrency: bounded("SHARE_STEP_CONCURRENCY", 16, 10_000),
+      outboundConcurrency: bounded("SHARE_OUTBOUND_CONCURRENCY", 256, 100_000),
+      bytesConcurrency: bounded("SHARE_BYTES_CONCURRENCY", 8, 10_000),
+      cellWeights: Config.string("CELL_WEIGHTS").pipe(
+        Config.withDefault(""),
+        Config.mapOrFail((text) => Either.mapLeft(parseCellWeights(text), (message) => ConfigError.InvalidData(["CELL_WEIGHTS"], message)))
+      ),
+      cellLabels: Config.boolean("METRICS_CELL_LABELS").pipe(Config.withDefault(false))
+    }),
     cluster: Config.all({
       runnerHost: Config.string("RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
       secret: Config.option(Config.redacted("CLUSTER_SECRET")).pipe(
@@ -504,6 +555,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     schedules: defaultScheduleConfig,
     quotas: defaultQuotaDefaults,
     cluster: defaultClusterConfig,
+    shares: defaultShareConfig,
     ...overrides
   })
 }

@@ -7,9 +7,12 @@ import * as path from "node:path"
 
 import { PgClient } from "@effect/sql-pg"
 import { SqlError } from "@effect/sql/SqlError"
-import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Context, Data, Duration, Effect, Fiber, Layer, Option, Redacted } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
+import { SharesLive } from "../Config/Shares.js"
+import { CurrentShare, type FairShare, NODE_KEY } from "../Kernel/FairShare.js"
+import { Shares } from "../Kernel/Shares.js"
 import * as Embedded from "./Embedded.js"
 import * as Listener from "./Listener.js"
 import * as Migrations from "./Migrations.js"
@@ -39,15 +42,60 @@ export class DatabasePool extends Context.Tag("DatabasePool")<DatabasePool, {
   readonly stats: Effect.Effect<PoolStats>
 }>() {}
 
+/** A connection lent by `pg`'s pool, and how it goes back. */
+type Release = (error?: Error | boolean) => void
+interface PooledClient {
+  release: Release
+}
+type Connected = (error: Error | undefined, client: PooledClient | undefined, release: Release) => void
+
 /** What is used here of `pg` (a dependency of @effect/sql-pg, which ships no types). */
 interface Pool {
   readonly totalCount: number
   readonly idleCount: number
   readonly waitingCount: number
-  query(sql: string): Promise<unknown>
+  connect(callback: Connected): void
+  query(...args: Array<unknown>): unknown
   end(): Promise<void>
   on(event: "error", listener: (error: Error) => void): void
   on(event: "connect", listener: (client: QueryingClient) => void): void
+}
+
+/**
+ * The pool as @effect/sql-pg sees it (issue 36): every connection it asks for is granted by the
+ * fair share of the work that asks (`CurrentShare`, read from the fiber whose query or
+ * transaction needs it), so once every connection is lent, the next one goes to the cell that has
+ * had the fewest, not to whoever queued first: a cell with hundreds of statements waiting waits
+ * behind its own. A grant is given back with its connection. (`query` on the pool itself, which
+ * the library uses only to NOTIFY and to cancel a statement, goes to `pg` directly.)
+ */
+export const fairPool = (pool: Pool, share: FairShare): Pool => {
+  const facade: Pool = Object.create(pool)
+  Object.defineProperty(facade, "connect", {
+    value: (callback: Connected) => {
+      const fiber = Fiber.getCurrentFiber()
+      const key = Option.isSome(fiber) ? Context.get(fiber.value.currentContext, CurrentShare) : NODE_KEY
+      share.request(key, (grant) => {
+        pool.connect((error, client, release) => {
+          if (error !== undefined && error !== null || client === undefined) {
+            grant.release()
+            return callback(error, client, release)
+          }
+          let returned = false
+          const giveBack: Release = (e) => {
+            if (returned) return
+            returned = true
+            release(e)
+            grant.release()
+          }
+          client.release = giveBack
+          callback(undefined, client, giveBack)
+        })
+      })
+    }
+  })
+  Object.defineProperty(facade, "query", { value: pool.query.bind(pool) })
+  return facade
 }
 const PgModule = createRequire(import.meta.url)("pg") as {
   readonly Pool: new(options: { connectionString: string; max: number; application_name: string }) => Pool
@@ -84,13 +132,21 @@ const pool = (url: Redacted.Redacted, max: number, prepared: number) =>
 
 const poolLayer = (url: Redacted.Redacted, max: number, prepared: number) =>
   Layer.unwrapScoped(
-    Effect.map(pool(url, max, prepared), (pool) =>
-      Layer.merge(
-        PgClient.layerFromPool({ acquire: Effect.succeed(pool), applicationName: "agent-platform" }),
+    Effect.gen(function*() {
+      const share = (yield* Shares).of("db")
+      const made = yield* pool(url, max, prepared)
+      return Layer.merge(
+        PgClient.layerFromPool({ acquire: Effect.succeed(fairPool(made, share)), applicationName: "agent-platform" }),
         Layer.succeed(DatabasePool, {
-          stats: Effect.sync(() => ({ max, total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }))
+          stats: Effect.sync(() => ({
+            max,
+            total: made.totalCount,
+            idle: made.idleCount,
+            waiting: made.waitingCount + share.stats().waiting
+          }))
         })
-      ))
+      )
+    })
   )
 
 export const PgLive = Layer.unwrapScoped(
@@ -119,4 +175,4 @@ export const PgLive = Layer.unwrapScoped(
 )
 
 /** Postgres client with the schema migrated. */
-export const DatabaseLive = Migrations.layer.pipe(Layer.provideMerge(PgLive))
+export const DatabaseLive = Migrations.layer.pipe(Layer.provideMerge(PgLive), Layer.provideMerge(SharesLive))

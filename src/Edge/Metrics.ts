@@ -10,9 +10,11 @@
 import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, Exit, Option } from "effect"
 
+import { AppConfig } from "../Config/AppConfig.js"
 import { DatabasePool } from "../Database/Client.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
-import { recordPool, recordRequest } from "../Observability/Metrics.js"
+import { RESOURCES, Shares } from "../Kernel/Shares.js"
+import { recordPool, recordRequest, recordShares } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { matchRoute, ROUTES } from "./Routes.js"
@@ -76,7 +78,7 @@ export const bearerToken = (header: string | undefined) => {
 
 /** `GET /metrics` (operator token). */
 export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
-  Effect.flatMap(OperatorToken, (token) =>
+  Effect.flatMap(Effect.all([OperatorToken, AppConfig]), ([token, config]) =>
     router.get(
       "/metrics",
       Effect.gen(function*() {
@@ -87,6 +89,15 @@ export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
         // the pool's counts are read now, not sampled: a scrape sees the pool as it is
         const pool = yield* Effect.serviceOption(DatabasePool)
         if (Option.isSome(pool)) yield* Effect.flatMap(pool.value.stats, recordPool)
+        // the node's fair shares (issue 36), per cell when the operator turned cell labels on
+        const shares = yield* Effect.serviceOption(Shares)
+        if (Option.isSome(shares)) {
+          const perCell = config.shares.cellLabels
+          yield* recordShares(RESOURCES.map((resource) => {
+            const { capacity, inUse, keys, waiting } = shares.value.of(resource).stats()
+            return { resource, capacity, inUse, waiting, ...(perCell ? { cells: keys } : {}) }
+          }))
+        }
         return HttpServerResponse.text(yield* Prometheus.scrape, { contentType: Prometheus.CONTENT_TYPE })
       })
     ))

@@ -24,6 +24,8 @@ import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse 
 import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
 
+import { cellKey, CurrentShare, NODE_KEY } from "../Kernel/FairShare.js"
+
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
 import { Cells, CellUnavailable } from "../Cells/Cells.js"
@@ -506,6 +508,17 @@ const rateStateOnRoutingError = (state: RequestState, address: string) =>
     (request) => request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(state, address))
   )
 
+/**
+ * Whose share of the node a `/v1` request spends (issue 36): the cell its path names (its key is
+ * found by the key, but the share is that of the cell the request is for); a tenant's, for a path
+ * of a tenant only; the node's otherwise.
+ */
+const shareOfPath = (params: Readonly<Record<string, string>>): string => {
+  const tenantId = params["tenant_id"]
+  const environment = params["environment"]
+  return tenantId === undefined ? NODE_KEY : environment === undefined ? tenantId : cellKey({ tenantId, environment })
+}
+
 /** The pipeline around the app serving `routes` (the HttpApi's `/v1` routes, `routesOf`). */
 export const pipeline = (routes: ReadonlyArray<Route>) =>
   HttpMiddleware.make((app) =>
@@ -522,9 +535,12 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         ? checkUrl(request.url).pipe(
           Effect.zipRight(routed(routes, request.method, path, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
           Effect.flatMap((match) =>
-            isPublicV1(path)
+            (isPublicV1(path)
               ? publicV1(app, state, address)
-              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
+              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))).pipe(
+                // the request's work spends its cell's shares of the node (issue 36): the path's cell
+                Effect.provideService(CurrentShare, shareOfPath(match.params))
+              )
           )
         )
         : operatorMatch?._tag === "Found"

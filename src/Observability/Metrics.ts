@@ -51,6 +51,61 @@ export const dbPoolWaiting = Metric.gauge("db_pool_waiting_requests", {
 
 export const dbPoolMax = Metric.gauge("db_pool_max_connections", { description: "The pool's size (DB_POOL_SIZE)" })
 
+/** Seconds, from 0.5 ms to 30 s: the wait for a share (most are none). */
+const WAIT_SECONDS = MetricBoundaries.fromIterable([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
+
+export const shareWait = Metric.histogram(
+  "share_wait_seconds",
+  WAIT_SECONDS,
+  "Time a unit of work waited for its cell's share of a node resource (db, steps, outbound, bytes), by resource; " +
+    "by cell too when METRICS_CELL_LABELS is on"
+)
+
+export const shareInUse = Metric.gauge("share_in_use", {
+  description: "Units of a node resource granted now, by resource (and cell when METRICS_CELL_LABELS is on)"
+})
+
+export const shareWaiting = Metric.gauge("share_waiting", {
+  description: "Units of work waiting for their cell's share of a node resource, by resource (and cell when METRICS_CELL_LABELS is on)"
+})
+
+export const shareCapacity = Metric.gauge("share_capacity", { description: "Units of a node resource granted at once, by resource" })
+
+/** One grant of a share (recorded at once: the database pool grants outside any fiber). */
+export const recordShareWait = (resource: string, cell: string | undefined, waitedMillis: number): void =>
+  shareWait.unsafeUpdate(
+    waitedMillis / 1000,
+    cell === undefined
+      ? [MetricLabel.make("resource", resource)]
+      : [MetricLabel.make("resource", resource), MetricLabel.make("cell", cell)]
+  )
+
+/** The shares as they are at a scrape. */
+export const recordShares = (
+  shares: ReadonlyArray<{
+    readonly resource: string
+    readonly capacity: number
+    readonly inUse: number
+    readonly waiting: number
+    readonly cells?: ReadonlyArray<{ readonly key: string; readonly inUse: number; readonly waiting: number }>
+  }>
+): Effect.Effect<void> =>
+  Effect.all(
+    shares.flatMap((s) => [
+      Metric.set(Metric.tagged(shareCapacity, "resource", s.resource), s.capacity),
+      Metric.set(Metric.tagged(shareInUse, "resource", s.resource), s.inUse),
+      Metric.set(Metric.tagged(shareWaiting, "resource", s.resource), s.waiting),
+      ...(s.cells ?? []).flatMap((c) => {
+        const labels = [MetricLabel.make("resource", s.resource), MetricLabel.make("cell", c.key)]
+        return [
+          Metric.set(Metric.taggedWithLabels(shareInUse, labels), c.inUse),
+          Metric.set(Metric.taggedWithLabels(shareWaiting, labels), c.waiting)
+        ]
+      })
+    ]),
+    { discard: true }
+  )
+
 /** The pool's counts, as read at a scrape. */
 export const recordPool = (
   stats: { readonly max: number; readonly total: number; readonly idle: number; readonly waiting: number }

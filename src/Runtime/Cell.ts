@@ -10,6 +10,7 @@ import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "
 import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
+import { cellKey, CurrentShare } from "../Kernel/FairShare.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
@@ -62,7 +63,7 @@ export const make = (id: CellId, options: CellOptions) =>
     const actors = yield* FiberMap.make<string>()
     const slots = yield* Effect.makeSemaphore(options.runs.maxActiveRunsPerCell)
     const streams = { total: 0, byActor: new Map<string, number>() }
-    const cellLabel = `${id.tenantId}/${id.environment}`
+    const cellLabel = cellKey(id)
 
     // The alarm: runs waiting for a human hold no fiber; one loop per cell revives each at its
     // deadline (approval expiry), or earlier when a decision starts it.
@@ -104,7 +105,9 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.retry({ schedule: restartBackoff, while: (cause) => !Cause.isInterruptedOnly(cause) }),
         Effect.unsandbox,
         (actor) => trackActive(runActorsActive, actor),
-        Effect.annotateLogs({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId })
+        Effect.annotateLogs({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId }),
+        // what the actor does spends this cell's shares of the node (issue 36)
+        Effect.provideService(CurrentShare, cellLabel)
       )
 
     const startActor = (runId: string) =>

@@ -1,0 +1,61 @@
+/**
+ * The node's fair shares (issue 36): each resource the cells of a node contend for, granted per
+ * cell by its own FairShare, all weighted by one table of cell weights (1 unless an operator set
+ * one, through config or the operator API). Built once per process (src/Config/Shares.ts from
+ * the operator's configuration); the work for a cell names its key with `CurrentShare`.
+ */
+import { Context } from "effect"
+
+import * as FairShare from "./FairShare.js"
+
+/** The resources shared fairly, by the name metrics and the operator's view use. */
+export const RESOURCES = ["db", "steps", "outbound", "bytes"] as const
+export type Resource = typeof RESOURCES[number]
+
+/** Cell weights: 1 unless set (> 0). */
+export interface Weights {
+  readonly get: (key: string) => number
+  /** Sets a key's weight; undefined (or 1) goes back to the default. */
+  readonly set: (key: string, weight: number | undefined) => void
+  readonly all: () => ReadonlyMap<string, number>
+}
+
+export const makeWeights = (initial: ReadonlyMap<string, number> = new Map()): Weights => {
+  const table = new Map([...initial].filter(([, w]) => w > 0 && w !== 1))
+  return {
+    get: (key) => table.get(key) ?? 1,
+    set: (key, weight) => {
+      if (weight === undefined || weight === 1 || !(weight > 0)) table.delete(key)
+      else table.set(key, weight)
+    },
+    all: () => table
+  }
+}
+
+export interface SharesShape {
+  readonly weights: Weights
+  readonly of: (resource: Resource) => FairShare.FairShare
+}
+
+export class Shares extends Context.Tag("Shares")<Shares, SharesShape>() {}
+
+/** The node's shares: one FairShare per resource with its capacity, weighted by `weights`. */
+export const make = (options: {
+  readonly capacities: { readonly [R in Resource]: number }
+  readonly weights: Weights
+  /** told of every grant (metrics) */
+  readonly onGrant?: (resource: Resource, key: string, waitedMillis: number) => void
+}): SharesShape => {
+  const shares = new Map<Resource, FairShare.FairShare>(
+    RESOURCES.map((resource) => [
+      resource,
+      FairShare.make({
+        name: resource,
+        capacity: options.capacities[resource],
+        weightOf: options.weights.get,
+        ...(options.onGrant === undefined ? {} : { onGrant: (key, waited) => options.onGrant!(resource, key, waited) })
+      })
+    ])
+  )
+  return { weights: options.weights, of: (resource) => shares.get(resource)! }
+}
