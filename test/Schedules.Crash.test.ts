@@ -37,6 +37,16 @@ describe("schedules across processes and kill -9", () => {
         const t0 = Date.now()
         const [a, b] = yield* Effect.promise(() => Promise.all([start(), start()]))
 
+        // both runners known to both before the cell exists: a runner that joins later takes shards
+        // over, and the cell would move (a second generation) while they fire side by side
+        for (const node of [a, b]) {
+          for (let i = 0; i < 100; i++) {
+            const view = yield* call(node.baseUrl, "GET", "/operator/v1/cluster", OPERATOR_TOKEN)
+            if (view.runners.filter((r: { healthy: boolean }) => r.healthy).length >= 2) break
+            yield* realSleep(100)
+          }
+        }
+
         // ---- the customer's setup, over HTTP --------------------------------------------------------
         const op = (method: string, path: string, body?: unknown) => call(a.baseUrl, method, `/operator/v1${path}`, OPERATOR_TOKEN, body)
         const pilot = yield* op("POST", "/pilot-applications", { organization_name: "Cron Co", contact_email: "ops@cron.test" })
