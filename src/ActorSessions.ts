@@ -22,6 +22,7 @@ import { conflict, forbidden, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { currentRequest } from "./Kernel/RequestContext.js"
+import { sharedBy, Shares } from "./Kernel/Shares.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 
@@ -84,6 +85,8 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
     const platform = yield* PlatformRepo
     const settings = yield* EnvironmentSettings
     const destinations = yield* Destinations
+    // (issue 36) reading a remote key set waits for the environment's share of the node's calls out
+    const callOut = sharedBy(yield* Shares, "outbound")
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     const remoteSets = new Map<string, JWTVerifyGetKey>()
     const jwksFetch = boundedJwksFetch(destinations.dispatcher)
@@ -126,6 +129,7 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
             }),
           catch: (e) => e
         }).pipe(
+          (verify) => idp.jwks_url === undefined ? verify : callOut(verify),
           Effect.mapError((e: any) =>
             forbidden("invalid_assertion", `The assertion was not accepted: ${e?.code ?? "invalid"}${e?.message ? ` (${e.message})` : ""}`)
           )

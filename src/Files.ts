@@ -20,9 +20,11 @@ import { type ByteRange, contentDisposition, parseRange } from "./Files/Download
 import { FILE_CHUNK_BYTES, type FileRow, FilesRepo, type Reach, toFile } from "./Files/Repo.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { forbidden, invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
+import { CurrentShare, NODE_KEY } from "./Kernel/FairShare.js"
 import { makeId } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
+import { Shares } from "./Kernel/Shares.js"
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 
@@ -57,6 +59,7 @@ export class Files extends Effect.Service<Files>()("Files", {
     const repo = yield* FilesRepo
     const platform = yield* Platform
     const agents = yield* Agents
+    const bytes = (yield* Shares).of("bytes")
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** The files a key reaches (D20): a workspace-bound key (the quickstart key) only its workspace's. */
@@ -172,14 +175,19 @@ export class Files extends Effect.Service<Files>()("Files", {
       })
 
     /** The bytes of `range` (inclusive ends), slice by slice from the stored chunks. */
-    const bytesOf = (fileId: string, range: ByteRange) =>
+    const bytesOf = (fileId: string, range: ByteRange, share: string = NODE_KEY) =>
       Stream.fromIterable(chunkIndexes(range)).pipe(
         Stream.mapEffect(
           ({ index, offset, length }) =>
             Effect.flatMap(repo.slice(fileId, index, offset, length), (data) =>
               data === undefined || data.length !== length
                 ? Effect.dieMessage(`file ${fileId}: chunk ${index} is missing or short`)
-                : Effect.succeed(data)), // the next slices are read while one is written (in order; at most 4 slices in memory)
+                : Effect.succeed(data)).pipe(
+                // (issue 36) each slice waits for its cell's share of the node's bytes; the response
+                // is written outside the request's fiber, so the cell is named here
+                bytes.withPermit(share),
+                Effect.provideService(CurrentShare, share)
+              ), // the next slices are read while one is written (in order; at most 4 slices in memory)
           { concurrency: 4 }
         ),
         Stream.catchTag("SqlError", (e) => Stream.die(e))
@@ -212,7 +220,7 @@ export class Files extends Effect.Service<Files>()("Files", {
         const whole: ByteRange = { start: 0, end: row.bytes - 1 }
         const served = range ?? whole
         const length = served.end - served.start + 1
-        return HttpServerResponse.stream(length > 0 ? bytesOf(row.id, served) : Stream.empty, {
+        return HttpServerResponse.stream(length > 0 ? bytesOf(row.id, served, yield* CurrentShare) : Stream.empty, {
           status: range === undefined ? 200 : 206,
           contentType: row.content_type,
           contentLength: length,

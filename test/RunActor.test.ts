@@ -16,6 +16,7 @@ import { Cells } from "../src/Cells/Cells.js"
 import { ClusterNode, PlacementsRepo } from "../src/Cells/Placements.js"
 import { CancelRun, type CellId, StartRun } from "../src/Cells/Protocol.js"
 import { AppConfig, defaultRunConfig, type RunConfig } from "../src/Config/AppConfig.js"
+import { SharesLive } from "../src/Config/Shares.js"
 import type { ScriptedStep } from "../src/Domain/Agents.js"
 import { Trigger } from "../src/Domain/RunState.js"
 import { Files } from "../src/Files.js"
@@ -113,6 +114,8 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
         invoke: () => Effect.as(Ref.set(world.authorized, "revoked"), CallOutcome.Ok({ status: 200, body: { found: true } }))
       })
     ),
+    // the node's fair shares (issue 36), as the service builds them from its configuration
+    Layer.provide(SharesLive),
     Layer.provideMerge(Layer.succeed(AppConfig, AppConfig.defaults({ runs: { ...defaultRunConfig, ...runs } })))
   )
 

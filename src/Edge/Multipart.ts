@@ -73,7 +73,9 @@ export const readMultipart = (
   source: Readable,
   headers: Readonly<Record<string, string>>,
   dir: string,
-  limits: MultipartLimits
+  limits: MultipartLimits,
+  /** how each chunk's work (parse, hash, write) is granted: the cell's share of the node's bytes (issue 36) */
+  pace: <A, E, R>(chunk: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R> = (chunk) => chunk
 ) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
@@ -145,7 +147,7 @@ export const readMultipart = (
         total += chunk.length
         if (total > limits.maxTotalSize) return Effect.fail(new MultipartRefused({ reason: "MaxTotalSize", part: current }))
         // after the closing boundary, the rest of the body is read and discarded
-        return done ? Effect.void : feed(() => parser.write(chunk))
+        return done ? Effect.void : pace(feed(() => parser.write(chunk)))
       }))
     if (!done) yield* feed(() => parser.end())
     if (!done) return yield* malformed("the body ended before its closing boundary")

@@ -13,6 +13,7 @@ import { Duration, Effect, Option, Scope } from "effect"
 
 import { isStagedFile, MAX_FILE_BYTES, UPLOAD_LIMITS } from "../Domain/Files.js"
 import { InvalidRequest } from "../Kernel/Errors.js"
+import { sharedBy, Shares } from "../Kernel/Shares.js"
 import { linger } from "./Hygiene.js"
 import { type MultipartLimits, type MultipartRefused, readMultipart } from "./Multipart.js"
 
@@ -94,7 +95,9 @@ export const preparedUpload = (request: HttpServerRequest.HttpServerRequest, sco
     const fs = yield* FileSystem.FileSystem
     const persisted = yield* Effect.gen(function*() {
       const dir = yield* Effect.orDie(fs.makeTempDirectoryScoped({ prefix: "upload-" }))
-      return yield* readMultipart(NodeHttpServerRequest.toIncomingMessage(request), request.headers, dir, LIMITS)
+      // each chunk waits for the cell's share of the node's bytes (issue 36), not behind other cells' uploads
+      const pace = sharedBy(yield* Shares, "bytes")
+      return yield* readMultipart(NodeHttpServerRequest.toIncomingMessage(request), request.headers, dir, LIMITS, pace)
     }).pipe(
       Effect.catchTag("MultipartRefused", (refused) => {
         linger(request)

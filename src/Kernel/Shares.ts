@@ -4,7 +4,7 @@
  * one, through config or the operator API). Built once per process (src/Config/Shares.ts from
  * the operator's configuration); the work for a cell names its key with `CurrentShare`.
  */
-import { Context } from "effect"
+import { Context, Effect } from "effect"
 
 import * as FairShare from "./FairShare.js"
 
@@ -32,9 +32,18 @@ export const makeWeights = (initial: ReadonlyMap<string, number> = new Map()): W
   }
 }
 
+/** What a cell got of a resource on this node since the process started. */
+export interface Served {
+  readonly grants: number
+  /** the sum of its grants' waits */
+  readonly waitedMillis: number
+}
+
 export interface SharesShape {
   readonly weights: Weights
   readonly of: (resource: Resource) => FairShare.FairShare
+  /** what `key` got of `resource` on this node so far (the operator's cell view) */
+  readonly served: (resource: Resource, key: string) => Served
 }
 
 export class Shares extends Context.Tag("Shares")<Shares, SharesShape>() {}
@@ -46,6 +55,10 @@ export const make = (options: {
   /** told of every grant (metrics) */
   readonly onGrant?: (resource: Resource, key: string, waitedMillis: number) => void
 }): SharesShape => {
+  // per resource, per cell: grants and the sum of their waits (one entry per cell the node served)
+  const served = new Map<Resource, Map<string, { grants: number; waitedMillis: number }>>(
+    RESOURCES.map((resource) => [resource, new Map()])
+  )
   const shares = new Map<Resource, FairShare.FairShare>(
     RESOURCES.map((resource) => [
       resource,
@@ -53,9 +66,33 @@ export const make = (options: {
         name: resource,
         capacity: options.capacities[resource],
         weightOf: options.weights.get,
-        ...(options.onGrant === undefined ? {} : { onGrant: (key, waited) => options.onGrant!(resource, key, waited) })
+        onGrant: (key, waited) => {
+          const byKey = served.get(resource)!
+          const entry = byKey.get(key)
+          if (entry === undefined) byKey.set(key, { grants: 1, waitedMillis: waited })
+          else {
+            entry.grants++
+            entry.waitedMillis += waited
+          }
+          options.onGrant?.(resource, key, waited)
+        }
       })
     ])
   )
-  return { weights: options.weights, of: (resource) => shares.get(resource)! }
+  return {
+    weights: options.weights,
+    of: (resource) => shares.get(resource)!,
+    served: (resource, key) => served.get(resource)!.get(key) ?? { grants: 0, waitedMillis: 0 }
+  }
 }
+
+/**
+ * Runs `effect` holding a unit of `resource` granted to the current work's cell (`CurrentShare`),
+ * waiting behind that cell's own work if the resource is full.
+ */
+export const withShare = (resource: Resource) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R | Shares> =>
+  Effect.flatMap(Shares, (shares) => sharedBy(shares, resource)(effect))
+
+/** `withShare` with the node's shares at hand (a service that took them when it was built). */
+export const sharedBy = (shares: SharesShape, resource: Resource) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(FairShare.CurrentShare, (key) => shares.of(resource).withPermit(key)(effect))

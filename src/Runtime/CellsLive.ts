@@ -23,6 +23,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
+import { type Shares } from "../Kernel/Shares.js"
 import { Memory } from "../Memory.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { withoutParentSpan } from "../Observability/Tracing.js"
@@ -79,6 +80,7 @@ const make = Effect.gen(function*() {
     | Invoker
     | Memory
     | Files
+    | Shares
   >()
   /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
   const endAs = (runId: string, generation: number, ending: Trigger, unknownReason: string) =>

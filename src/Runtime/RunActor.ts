@@ -26,6 +26,7 @@ import type { QuotaLimits } from "../Domain/Quotas.js"
 import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
+import { sharedBy, Shares } from "../Kernel/Shares.js"
 import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import type { Authorization } from "../Platform/Repo.js"
@@ -100,6 +101,11 @@ export const run = (runId: string, options: ActorOptions) =>
     const approvals = yield* ApprovalsRepo
     const config = yield* AppConfig
     const reads = yield* DispatchReads
+    const shares = yield* Shares
+    // (issue 36) the work done here is granted by the cell's share of the node's step executions;
+    // a wait outside the process (a remote model) by its share of the calls out
+    const asStep = sharedBy(shares, "steps")
+    const asCallOut = sharedBy(shares, "outbound")
     const budgets = config.runs
 
     /**
@@ -201,15 +207,18 @@ export const run = (runId: string, options: ActorOptions) =>
             i--
             continue
           }
+          const files = inputs ??= yield* RunFiles.inputFiles(row, conversation)
+          const local = answersAtOnce({ profile: agent, conversation })
           const result = yield* engine.step({
             profile: { id: agent.model_profile_id, provider: agent.provider, model: agent.model, settings: agent.settings },
             credential,
             instructions: agent.instructions,
             tools: definitions,
             conversation,
-            files: inputs ??= yield* RunFiles.inputFiles(row, conversation),
+            files,
             runId
           }).pipe(
+            local ? asStep : asCallOut,
             Effect.retry({
               schedule: Schedule.exponential("1 second").pipe(Schedule.intersect(Schedule.recurs(2))),
               while: (e) => e._tag === "ModelRateLimited" || e._tag === "ModelUnavailable"
@@ -230,8 +239,13 @@ export const run = (runId: string, options: ActorOptions) =>
             })
             return
           }
-          const files = yield* RunFiles.producedFiles(row, result.right.files, yield* toolEnv.storageLimit)
-          const done = yield* commitStep(agent, result.right, files)
+          const step = result.right
+          const done = yield* asStep(
+            Effect.flatMap(
+              Effect.flatMap(toolEnv.storageLimit, (limit) => RunFiles.producedFiles(row, step.files, limit)),
+              (produced) => commitStep(agent, step, produced)
+            )
+          )
           if (done) return
         }
         yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })

@@ -18,6 +18,7 @@ import { request } from "undici"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { sharedBy, Shares } from "../Kernel/Shares.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { inputDigest, SigningKeys } from "./Signing.js"
 
@@ -60,6 +61,8 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
     const config = yield* AppConfig
     const signing = yield* SigningKeys
     const destinations = yield* Destinations
+    // (issue 36) a call waits for its cell's share of the node's calls out, not behind other cells' calls
+    const callOut = sharedBy(yield* Shares, "outbound")
     const timeoutMs = config.tools.requestTimeoutSeconds * 1000
 
     const call = (method: "POST" | "GET", url: string, body: string, ctx: CallContext) =>
@@ -129,7 +132,7 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
             return Effect.succeed(NOT_SENT_CODES.has(code) ? CallOutcome.NotSent({ message }) : CallOutcome.Ambiguous({ message }))
           })
         )
-        return yield* attempt
+        return yield* callOut(attempt)
       }).pipe(Effect.withSpan("Invoker.call", { attributes: { method, url, tool_id: ctx.toolId } }))
 
     return {
