@@ -33,7 +33,9 @@ import { Memory } from "./Memory.js"
 import { MemoryLive } from "./Memory/Http.js"
 import { Operator } from "./Operator.js"
 import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
+import { OperatorRepo } from "./Operator/Repo.js"
 import { OperatorToken } from "./Operator/Token.js"
+import { WeightsRefreshLive } from "./Operator/Weights.js"
 import { Platform } from "./Platform.js"
 import { Auth } from "./Platform/Auth.js"
 import { Deletions } from "./Platform/Deletions.js"
@@ -165,6 +167,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(ReconcilerLive),
   Layer.provide(WebhookWorkerLive),
   Layer.provide(SchedulerLive),
+  Layer.provide(WeightsRefreshLive.pipe(Layer.provide(OperatorRepo.Default))),
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),

@@ -8,15 +8,19 @@ import { Clock, Effect, Option } from "effect"
 import { Cells } from "./Cells/Cells.js"
 import { ClusterNode, PlacementsRepo } from "./Cells/Placements.js"
 import { GetCellStats } from "./Cells/Protocol.js"
+import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import type { PilotApplication } from "./Domain/Operator.js"
+import type { CellShare, PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
+import { cellKey } from "./Kernel/FairShare.js"
 import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
 import { auditAbout } from "./Kernel/RequestContext.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
+import { type Resource, Shares } from "./Kernel/Shares.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
 import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
+import { applyWeights } from "./Operator/Weights.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
@@ -35,6 +39,8 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
     const cells = yield* Cells
     const placements = yield* PlacementsRepo
     const node = yield* ClusterNode
+    const shares = yield* Shares
+    const config = yield* AppConfig
 
     /** The runners, and the cells running on the live ones (issue 19): the same answer on any node. */
     const cluster = Effect.gen(function*() {
@@ -51,13 +57,55 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       }
     }).pipe(dieOnSqlError)
 
-    /** What the environment's cell holds now. 404 for an unknown environment. */
+    /** The cell's share of this node (issue 36): its weight, and what it holds, awaits and got of each resource. */
+    const shareOf = (t: string, e: EnvironmentName, source: CellShare["weight_source"]): CellShare => {
+      const key = cellKey({ tenantId: t, environment: e })
+      const resource = (r: Resource) => {
+        const stats = shares.of(r).stats()
+        const mine = stats.keys.find((k) => k.key === key)
+        const served = shares.served(r, key)
+        return {
+          capacity: stats.capacity,
+          in_use: mine?.inUse ?? 0,
+          waiting: mine?.waiting ?? 0,
+          grants: served.grants,
+          waited_seconds: served.waitedMillis / 1000
+        }
+      }
+      return {
+        weight: shares.weights.get(key),
+        weight_source: source,
+        resources: { db: resource("db"), steps: resource("steps"), outbound: resource("outbound"), bytes: resource("bytes") }
+      }
+    }
+    const weightSource = (t: string, e: EnvironmentName) =>
+      Effect.map(repo.cellWeights, (rows): CellShare["weight_source"] =>
+        rows.some((r) => r.tenant_id === t && r.environment === e)
+          ? "operator"
+          : config.shares.cellWeights.has(cellKey({ tenantId: t, environment: e }))
+          ? "config"
+          : "default")
+
+    /** What the environment's cell holds now, and its share of this node. 404 for an unknown environment. */
     const cellStats = (t: string, e: EnvironmentName) =>
       Effect.gen(function*() {
         const env = yield* platform.liveEnvironment(t, e)
         // a cell that is not running holds nothing; asking does not start it (a start bumps its generation)
         const running = yield* cells.sendIfRunning({ tenantId: t, environment: e }, new GetCellStats())
-        return Option.getOrElse(running, () => ({ generation: env.cell_generation, running_actors: 0, parked_runs: 0, streams: 0 }))
+        const stats = Option.getOrElse(running, () => ({ generation: env.cell_generation, running_actors: 0, parked_runs: 0, streams: 0 }))
+        return { ...stats, share: shareOf(t, e, yield* weightSource(t, e)) }
+      })
+
+    /**
+     * Sets a cell's weight (null: back to CELL_WEIGHTS or 1): stored for every node (they read it
+     * within SHARE_WEIGHTS_REFRESH_SECONDS), applied on this one at once. 404 for an unknown environment.
+     */
+    const setCellWeight = (t: string, e: EnvironmentName, weight: number | null) =>
+      Effect.gen(function*() {
+        yield* platform.liveEnvironment(t, e)
+        yield* repo.setCellWeight({ tenantId: t, environment: e }, weight, yield* now)
+        yield* Effect.flatMap(repo.cellWeights, (rows) => Effect.sync(() => applyWeights(shares.weights, config.shares.cellWeights, rows)))
+        return shareOf(t, e, yield* weightSource(t, e))
       })
 
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>
@@ -143,6 +191,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
       getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),
       cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e)),
+      setCellWeight: (t: string, e: EnvironmentName, weight: number | null) => dieOnSqlError(setCellWeight(t, e, weight)),
       /**
        * Any run of a cell, for support (D19): deleted environments' runs too, until their purge.
        * 404 for a run of another cell or none.

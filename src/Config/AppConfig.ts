@@ -174,6 +174,8 @@ export interface ShareConfig {
    * or by the operator API (which wins)
    */
   readonly cellWeights: ReadonlyMap<string, number>
+  /** SHARE_WEIGHTS_REFRESH_SECONDS: how often a node reads the weights operators set on other nodes */
+  readonly weightsRefreshSeconds: number
   /** METRICS_CELL_LABELS: the shares' metrics carry a `cell` label (tenant ids in /metrics); off by default */
   readonly cellLabels: boolean
 }
@@ -325,6 +327,7 @@ export const defaultShareConfig: ShareConfig = {
   outboundConcurrency: 256,
   bytesConcurrency: 8,
   cellWeights: new Map(),
+  weightsRefreshSeconds: 10,
   cellLabels: false
 }
 
@@ -485,6 +488,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
         Config.withDefault(""),
         Config.mapOrFail((text) => Either.mapLeft(parseCellWeights(text), (message) => ConfigError.InvalidData(["CELL_WEIGHTS"], message)))
       ),
+      weightsRefreshSeconds: bounded("SHARE_WEIGHTS_REFRESH_SECONDS", 10, 3600),
       cellLabels: Config.boolean("METRICS_CELL_LABELS").pipe(Config.withDefault(false))
     }),
     cluster: Config.all({

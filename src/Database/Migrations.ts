@@ -32,6 +32,7 @@ import workspaceStorage from "./migrations/0023_workspace_storage.js"
 import webhookEvents from "./migrations/0024_webhook_events.js"
 import environmentLimits from "./migrations/0025_environment_limits.js"
 import keyFailureAudits from "./migrations/0027_key_failure_audits.js"
+import cellWeights from "./migrations/0028_cell_weights.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -62,7 +63,8 @@ export const loader = Migrator.fromRecord({
   "0023_workspace_storage": workspaceStorage,
   "0024_webhook_events": webhookEvents,
   "0025_environment_limits": environmentLimits,
-  "0027_key_failure_audits": keyFailureAudits
+  "0027_key_failure_audits": keyFailureAudits,
+  "0028_cell_weights": cellWeights
 })
 
 const migrate = Migrator.make({})

@@ -75,3 +75,33 @@ export const ClusterView = Schema.Struct({
   cells: Schema.Array(ClusterCell)
 }).annotations({ identifier: "ClusterView" })
 export type ClusterView = typeof ClusterView.Type
+
+/** A resource of the node as one cell has it (issue 36). */
+export const ShareUse = Schema.Struct({
+  capacity: Schema.Number.annotations({ description: "units of the resource on this node (all cells')" }),
+  in_use: Schema.Number.annotations({ description: "units the cell holds now" }),
+  waiting: Schema.Number.annotations({ description: "the cell's requests waiting for a unit now" }),
+  grants: Schema.Number.annotations({ description: "units granted to the cell since this node started" }),
+  waited_seconds: Schema.Number.annotations({ description: "the sum of those grants' waits" })
+}).annotations({ identifier: "ShareUse" })
+
+/** A cell's fair share of the node that answered (issue 36). */
+export const CellShare = Schema.Struct({
+  weight: Schema.Number.annotations({
+    description: "the cell's weight: a cell of weight 2 gets two turns for one of weight 1 when both wait"
+  }),
+  weight_source: Schema.Literal("default", "config", "operator").annotations({
+    description: "where the weight comes from: 1 by default, the node's CELL_WEIGHTS, or the operator API (which wins)"
+  }),
+  resources: Schema.Struct({ db: ShareUse, steps: ShareUse, outbound: ShareUse, bytes: ShareUse })
+}).annotations({ identifier: "CellShare" })
+export type CellShare = typeof CellShare.Type
+
+/** `PUT /operator/v1/tenants/{t}/environments/{e}/share`. */
+export const SetCellShare = strictBody(
+  Schema.Struct({
+    weight: Schema.NullOr(Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThanOrEqualTo(1000))).annotations({
+      description: "The cell's weight (> 0, at most 1000); null goes back to the node's CELL_WEIGHTS, or 1"
+    })
+  })
+)

@@ -3,7 +3,16 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 
 import { CellStats } from "../Cells/Protocol.js"
-import { ClusterView, CreatePilotApplication, OperatorCreateKey, PilotApplication, PilotApproval, Quickstart } from "../Domain/Operator.js"
+import {
+  CellShare,
+  ClusterView,
+  CreatePilotApplication,
+  OperatorCreateKey,
+  PilotApplication,
+  PilotApproval,
+  Quickstart,
+  SetCellShare
+} from "../Domain/Operator.js"
 import { CreatedApiKey } from "../Domain/Platform.js"
 import { Run } from "../Domain/Runs.js"
 import { Connection, ReviewConnection } from "../Domain/Tools.js"
@@ -51,7 +60,12 @@ export class OperatorApi extends HttpApiGroup.make("operator")
   )
   .add(
     HttpApiEndpoint.get("getCellStats")`/operator/v1/tenants/${tenantId}/environments/${environment}/cell`
-      .addSuccess(CellStats)
+      .addSuccess(Schema.extend(CellStats, Schema.Struct({ share: CellShare })))
+  )
+  .add(
+    HttpApiEndpoint.put("setCellShare")`/operator/v1/tenants/${tenantId}/environments/${environment}/share`
+      .setPayload(SetCellShare)
+      .addSuccess(CellShare)
   )
   .add(HttpApiEndpoint.get("getCluster", "/operator/v1/cluster").addSuccess(ClusterView))
   .middleware(OperatorAuth)

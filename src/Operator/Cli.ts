@@ -193,7 +193,34 @@ const cellStats = Command.make(
   "cell",
   { url, json, tenant, environment },
   (o) => Effect.flatMap(call(o.url, "GET", `${cellPath(o)}/cell`), printer(o.json))
-).pipe(Command.withDescription("Show what the environment's cell holds now: generation, running and parked runs, open streams"))
+).pipe(
+  Command.withDescription(
+    "Show what the environment's cell holds now: generation, running and parked runs, open streams, and its share of the node that answered (weight; per resource: in use, waiting, grants, seconds waited)"
+  )
+)
+
+const setWeight = Command.make(
+  "set-weight",
+  {
+    url,
+    json,
+    tenant,
+    environment,
+    weight: Args.text({ name: "weight" }).pipe(
+      Args.withDescription("The cell's weight (> 0, at most 1000; 2 gets two turns for one of weight 1 when both wait), or `default`")
+    )
+  },
+  (o) =>
+    Effect.flatMap(
+      call(o.url, "PUT", `${cellPath(o)}/share`, {
+        // not a number: sent as given, for the service's 400 to name it
+        weight: o.weight === "default" ? null : o.weight.trim() !== "" && Number.isFinite(Number(o.weight)) ? Number(o.weight) : o.weight
+      }),
+      printer(o.json)
+    )
+).pipe(
+  Command.withDescription("Set the environment's weight in the node's fair shares (issue 36); `default` goes back to CELL_WEIGHTS or 1")
+)
 
 const cluster = Command.make(
   "cluster",
@@ -305,6 +332,7 @@ const operator = Command.make("operator").pipe(
     setSetting,
     getRun,
     cellStats,
+    setWeight,
     cluster
   ])
 )

@@ -27,6 +27,7 @@ export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
     const signing = yield* SigningKeys
     return handlers
       .handle("getCellStats", ({ path }) => operator.cellStats(path.tenant_id, path.environment))
+      .handle("setCellShare", ({ path, payload }) => operator.setCellWeight(path.tenant_id, path.environment, payload.weight))
       .handle("getCluster", () => operator.cluster)
       .handle("operatorGetRun", ({ path }) => operator.getRun(path.tenant_id, path.environment, path.run_id))
       .handle("reviewConnection", ({ path, payload }) => tools.review(path.id, payload.decision, payload.note))

@@ -23,6 +23,14 @@ export const QuickstartRow = Schema.Struct({
 })
 export type QuickstartRow = typeof QuickstartRow.Type
 
+/** A cell's weight an operator set (issue 36). */
+export const CellWeightRow = Schema.Struct({
+  tenant_id: Schema.String,
+  environment: Schema.String,
+  weight: Schema.Number
+})
+export type CellWeightRow = typeof CellWeightRow.Type
+
 export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -90,7 +98,21 @@ export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo",
           VALUES (${q.cell.tenantId}, ${q.cell.environment}, ${q.serviceActorId}, ${q.workspaceId}, ${q.agentId},
                   ${q.modelProfileId}, ${q.agentRevisionId}, ${q.at})`.pipe(Rows.none)
 
+    /** Sets (a number) or clears (null: the node's CELL_WEIGHTS or 1 again) a cell's weight. */
+    const setCellWeight = (cell: CellRef, weight: number | null, at: Date) =>
+      weight === null
+        ? sql`DELETE FROM cell_weights WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}`.pipe(Rows.none)
+        : sql`INSERT INTO cell_weights (tenant_id, environment, weight, updated_at)
+              VALUES (${cell.tenantId}, ${cell.environment}, ${weight}, ${at})
+              ON CONFLICT (tenant_id, environment) DO UPDATE SET weight = EXCLUDED.weight, updated_at = EXCLUDED.updated_at`
+          .pipe(Rows.none)
+
+    /** Every weight an operator set (a handful of rows: only the cells not at the default). */
+    const cellWeights = sql`SELECT tenant_id, environment, weight FROM cell_weights`.pipe(Rows.all(CellWeightRow))
+
     return {
+      setCellWeight,
+      cellWeights,
       insertPilot,
       pilot,
       lockPilot,
