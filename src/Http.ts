@@ -21,7 +21,7 @@ import { detachStreams } from "./Edge/Detached.js"
 import { Idempotency } from "./Edge/Idempotency.js"
 import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
-import { pipeline } from "./Edge/Pipeline.js"
+import { cellLanes, pipeline } from "./Edge/Pipeline.js"
 import { ROUTES } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
@@ -156,7 +156,7 @@ const DOCS_CONFIG = {
 const ServeLive = HttpApiBuilder.httpApp.pipe(
   // Request metrics wrap the pipeline, so every answer is counted and timed; a streaming body is
   // piped by Node after the request's fiber ended (Edge/Detached.ts).
-  Effect.map((app) => HttpServer.serve(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app)))))),
+  Effect.map((app) => HttpServer.serve(cellLanes(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app))))))),
   Layer.unwrapEffect,
   withRequestTracing,
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])

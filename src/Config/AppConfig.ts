@@ -174,6 +174,8 @@ export interface ShareConfig {
    * or by the operator API (which wins)
    */
   readonly cellWeights: ReadonlyMap<string, number>
+  /** SHARE_SLICE_MILLIS: the longest the fair scheduler runs busy cells' work before the event loop polls I/O again */
+  readonly sliceMillis: number
   /** SHARE_WEIGHTS_REFRESH_SECONDS: how often a node reads the weights operators set on other nodes */
   readonly weightsRefreshSeconds: number
   /** METRICS_CELL_LABELS: the shares' metrics carry a `cell` label (tenant ids in /metrics); off by default */
@@ -328,6 +330,7 @@ export const defaultShareConfig: ShareConfig = {
   bytesConcurrency: 8,
   cellWeights: new Map(),
   weightsRefreshSeconds: 10,
+  sliceMillis: 2,
   cellLabels: false
 }
 
@@ -489,6 +492,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
         Config.mapOrFail((text) => Either.mapLeft(parseCellWeights(text), (message) => ConfigError.InvalidData(["CELL_WEIGHTS"], message)))
       ),
       weightsRefreshSeconds: bounded("SHARE_WEIGHTS_REFRESH_SECONDS", 10, 3600),
+      sliceMillis: bounded("SHARE_SLICE_MILLIS", 2, 1000),
       cellLabels: Config.boolean("METRICS_CELL_LABELS").pipe(Config.withDefault(false))
     }),
     cluster: Config.all({

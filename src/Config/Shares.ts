@@ -22,6 +22,7 @@ export const SharesLive = Layer.effect(
         bytes: config.shares.bytesConcurrency
       },
       weights: makeWeights(config.shares.cellWeights),
+      sliceMillis: config.shares.sliceMillis,
       onGrant: (resource, key, waited) => recordShareWait(resource, config.shares.cellLabels ? key : undefined, waited)
     }))
 )

@@ -11,6 +11,7 @@ import { Context, Data, Duration, Effect, Fiber, Layer, Option, Redacted } from 
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { SharesLive } from "../Config/Shares.js"
+import type { FairScheduler } from "../Kernel/FairScheduler.js"
 import { CurrentShare, type FairShare, NODE_KEY } from "../Kernel/FairShare.js"
 import { Shares } from "../Kernel/Shares.js"
 import * as Embedded from "./Embedded.js"
@@ -69,12 +70,13 @@ interface Pool {
  * behind its own. A grant is given back with its connection. (`query` on the pool itself, which
  * the library uses only to NOTIFY and to cancel a statement, goes to `pg` directly.)
  */
-export const fairPool = (pool: Pool, share: FairShare): Pool => {
+export const fairPool = (pool: Pool, share: FairShare, scheduler?: FairScheduler): Pool => {
   const facade: Pool = Object.create(pool)
   Object.defineProperty(facade, "connect", {
     value: (callback: Connected) => {
       const fiber = Fiber.getCurrentFiber()
       const key = Option.isSome(fiber) ? Context.get(fiber.value.currentContext, CurrentShare) : NODE_KEY
+      const holder = Option.isSome(fiber) ? fiber.value : undefined
       share.request(key, (grant) => {
         pool.connect((error, client, release) => {
           if (error !== undefined && error !== null || client === undefined) {
@@ -85,10 +87,14 @@ export const fairPool = (pool: Pool, share: FairShare): Pool => {
           const giveBack: Release = (e) => {
             if (returned) return
             returned = true
+            if (holder !== undefined) scheduler?.release(holder)
             release(e)
             grant.release()
           }
           client.release = giveBack
+          // while it holds the connection, the fiber runs ahead of its cell's other work when
+          // others wait for a connection (the library sends a statement from this callback at once)
+          if (holder !== undefined) scheduler?.hold(holder)
           callback(undefined, client, giveBack)
         })
       })
@@ -133,10 +139,11 @@ const pool = (url: Redacted.Redacted, max: number, prepared: number) =>
 const poolLayer = (url: Redacted.Redacted, max: number, prepared: number) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
-      const share = (yield* Shares).of("db")
+      const shares = yield* Shares
+      const share = shares.of("db")
       const made = yield* pool(url, max, prepared)
       return Layer.merge(
-        PgClient.layerFromPool({ acquire: Effect.succeed(fairPool(made, share)), applicationName: "agent-platform" }),
+        PgClient.layerFromPool({ acquire: Effect.succeed(fairPool(made, share, shares.scheduler)), applicationName: "agent-platform" }),
         Layer.succeed(DatabasePool, {
           stats: Effect.sync(() => ({
             max,

@@ -24,7 +24,8 @@ import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse 
 import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
 
-import { cellKey, CurrentShare, NODE_KEY } from "../Kernel/FairShare.js"
+import { cellKey, NODE_KEY } from "../Kernel/FairShare.js"
+import { asCell, Shares } from "../Kernel/Shares.js"
 
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
@@ -538,8 +539,11 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
             (isPublicV1(path)
               ? publicV1(app, state, address)
               : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))).pipe(
-                // the request's work spends its cell's shares of the node (issue 36): the path's cell
-                Effect.provideService(CurrentShare, shareOfPath(match.params))
+                // the request's work spends its cell's shares of the node (issue 36), the event
+                // loop's included: the path's cell. It starts as a task of the cell's lane (the
+                // yield), not in the server's callback that read the request
+                (work) =>
+                  Effect.flatMap(Shares, (shares) => asCell(shares, shareOfPath(match.params))(Effect.zipRight(Effect.yieldNow(), work)))
               )
           )
         )
@@ -563,6 +567,7 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         | AppConfig
         | SqlClient.SqlClient
         | FileSystem.FileSystem
+        | Shares
       const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
         Effect.locally(currentRequest, state),
         Effect.annotateLogs("request_id", state.requestId)
@@ -573,3 +578,21 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
 
 /** The current request's state (for handlers that need the raw principal or request id). */
 export const requestState = FiberRef.get(currentRequest)
+
+const CELL_PATH = /^\/v1\/tenants\/([^/?#]+)(?:\/environments\/([^/?#]+))?/
+
+/**
+ * The outermost middleware (issue 36): a request for a cell's path (`/v1/tenants/{t}/environments/{e}/...`)
+ * runs, from its first step, as a task of that cell's lane of the node's fair scheduler (the
+ * pipeline names the cell again once the route matched); the server's callback that read the
+ * request only starts it.
+ */
+export const cellLanes = HttpMiddleware.make((app) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const match = CELL_PATH.exec(request.url)
+    if (match === null) return app
+    const [, tenantId, environment] = match
+    const key = environment === undefined ? tenantId! : cellKey({ tenantId: tenantId!, environment })
+    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app)))
+  })
+)

@@ -60,6 +60,8 @@ export interface FairShare {
   /** Runs `effect` holding a unit for `key`, waiting (interruptibly) for one if need be. */
   readonly withPermit: (key: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   readonly stats: () => ShareStats
+  /** requests waiting now, all keys (cheap: a counter) */
+  readonly waiting: () => number
 }
 
 interface Waiter {
@@ -81,6 +83,12 @@ export interface FairShareOptions {
   readonly name: string
   /** units granted at once (at least 1) */
   readonly capacity: number
+  /**
+   * the most units one key holds at once (default: all): the rest stays free for the other keys,
+   * so a key that asks when one key holds its most is served at once, without waiting for a unit
+   * to come back (the node's own work, `NODE_KEY`, is not capped)
+   */
+  readonly maxPerKey?: number
   /** a key's weight (> 0; default 1), read at each grant so an operator's change applies at once */
   readonly weightOf?: (key: string) => number
   readonly onGrant?: OnGrant
@@ -90,6 +98,9 @@ export interface FairShareOptions {
 
 export const make = (options: FairShareOptions): FairShare => {
   const capacity = Math.max(1, Math.floor(options.capacity))
+  const maxPerKey = Math.max(1, Math.min(capacity, Math.floor(options.maxPerKey ?? capacity)))
+  /** the node's own work is never capped (its loops may hold a unit while they ask for another) */
+  const maxOf = (k: Keyed) => k.key === NODE_KEY ? capacity : maxPerKey
   const weightOf = options.weightOf ?? (() => 1)
   const now = options.now ?? Date.now
   const onGrant = options.onGrant
@@ -160,13 +171,15 @@ export const make = (options: FairShareOptions): FairShare => {
       let best: Keyed | undefined
       let bestStart = Infinity
       for (const k of backlog) {
+        if (k.inUse >= maxOf(k)) continue
         const start = Math.max(k.finish, clock)
         if (start < bestStart) {
           best = k
           bestStart = start
         }
       }
-      const k = best!
+      if (best === undefined) return // every waiting key holds its most
+      const k = best
       const w = nextWaiter(k)
       if (w === undefined) {
         dropIfDrained(k)
@@ -189,7 +202,7 @@ export const make = (options: FairShareOptions): FairShare => {
 
   const request = (key: string, granted: (grant: Grant) => void): () => void => {
     const k = keyed(key)
-    if (inUse < capacity && backlog.size === 0) {
+    if (inUse < capacity && backlog.size === 0 && k.inUse < maxOf(k)) {
       const grant = grantTo(k, undefined, 0)
       granted(grant)
       return grant.release
@@ -206,6 +219,8 @@ export const make = (options: FairShareOptions): FairShare => {
     k.waiters.push(waiter)
     waiting++
     backlog.add(k)
+    // room may be left that only other keys could take (the waiting ones hold their most)
+    if (inUse < capacity) dispatch()
     return () => {
       if (grant !== undefined) return grant.release()
       if (waiter.done) return
@@ -239,5 +254,5 @@ export const make = (options: FairShareOptions): FairShare => {
     }))
   })
 
-  return { name: options.name, capacity, request, withPermit, stats }
+  return { name: options.name, capacity, request, withPermit, stats, waiting: () => waiting }
 }

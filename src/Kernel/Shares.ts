@@ -6,6 +6,7 @@
  */
 import { Context, Effect } from "effect"
 
+import * as FairScheduler from "./FairScheduler.js"
 import * as FairShare from "./FairShare.js"
 
 /** The resources shared fairly, by the name metrics and the operator's view use. */
@@ -44,6 +45,8 @@ export interface SharesShape {
   readonly of: (resource: Resource) => FairShare.FairShare
   /** what `key` got of `resource` on this node so far (the operator's cell view) */
   readonly served: (resource: Resource, key: string) => Served
+  /** the event loop's CPU, granted to the fibers of a cell's work by their lane */
+  readonly scheduler: FairScheduler.FairScheduler
 }
 
 export class Shares extends Context.Tag("Shares")<Shares, SharesShape>() {}
@@ -52,6 +55,8 @@ export class Shares extends Context.Tag("Shares")<Shares, SharesShape>() {}
 export const make = (options: {
   readonly capacities: { readonly [R in Resource]: number }
   readonly weights: Weights
+  /** the longest the fair scheduler runs cells' tasks before the event loop polls I/O (ms) */
+  readonly sliceMillis?: number
   /** told of every grant (metrics) */
   readonly onGrant?: (resource: Resource, key: string, waitedMillis: number) => void
 }): SharesShape => {
@@ -65,6 +70,9 @@ export const make = (options: {
       FairShare.make({
         name: resource,
         capacity: options.capacities[resource],
+        // one cell holds at most three quarters of a resource (of 8 units or more): the rest is
+        // there at once for the others, whatever the busy cell's own units are waiting on
+        maxPerKey: options.capacities[resource] >= 8 ? Math.ceil(options.capacities[resource] * 0.75) : options.capacities[resource],
         weightOf: options.weights.get,
         onGrant: (key, waited) => {
           const byKey = served.get(resource)!
@@ -81,6 +89,12 @@ export const make = (options: {
   )
   return {
     weights: options.weights,
+    scheduler: FairScheduler.make({
+      weightOf: options.weights.get,
+      sliceMillis: options.sliceMillis ?? 2,
+      // a fiber holding a database connection runs ahead while others wait for one
+      contended: () => shares.get("db")!.waiting() > 0
+    }),
     of: (resource) => shares.get(resource)!,
     served: (resource, key) => served.get(resource)!.get(key) ?? { grants: 0, waitedMillis: 0 }
   }
@@ -96,3 +110,11 @@ export const withShare = (resource: Resource) => <A, E, R>(effect: Effect.Effect
 /** `withShare` with the node's shares at hand (a service that took them when it was built). */
 export const sharedBy = (shares: SharesShape, resource: Resource) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.flatMap(FairShare.CurrentShare, (key) => shares.of(resource).withPermit(key)(effect))
+
+/**
+ * Runs `effect` as the work of the cell `key`: what it spends of the node's shares is that cell's
+ * (`CurrentShare`), and its fibers (those it forks too) run in the cell's lane of the fair
+ * scheduler.
+ */
+export const asCell = (shares: SharesShape, key: string) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  effect.pipe(Effect.provideService(FairShare.CurrentShare, key), Effect.withScheduler(shares.scheduler))

@@ -11,7 +11,7 @@
  * so the cluster sees the cell in use.
  */
 import { Entity, Sharding } from "@effect/cluster"
-import { Cause, Clock, Duration, Effect, Either, Layer, Option } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Either, Layer, Option } from "effect"
 
 import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
@@ -23,7 +23,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
-import { type Shares } from "../Kernel/Shares.js"
+import { Shares } from "../Kernel/Shares.js"
 import { Memory } from "../Memory.js"
 import { StepEngine } from "../Models/StepEngine.js"
 import { withoutParentSpan } from "../Observability/Tracing.js"
@@ -94,7 +94,11 @@ const make = Effect.gen(function*() {
     rateLimit: config.rateLimit,
     quotaLimits: (id) => Effect.orDie(quotas.limits(id, config.quotas[id.environment])),
     runs: config.runs,
-    runActor: (runId, actorOptions) => Effect.provide(RunActor.run(runId, actorOptions), actorContext),
+    // the actor's fibers run in its cell's lane of the node's fair scheduler (issue 36; the cell names it: CurrentShare)
+    runActor: (runId, actorOptions) =>
+      Effect.provide(RunActor.run(runId, actorOptions), actorContext).pipe(
+        Effect.withScheduler(Context.get(actorContext, Shares).scheduler)
+      ),
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
     completeCancel: (runId, generation) =>
       endAs(runId, generation, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),

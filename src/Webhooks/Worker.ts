@@ -25,10 +25,10 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
 import { Notifications } from "../Database/Listener.js"
 import { afterAttempt, type WebhookAttempt } from "../Domain/Webhooks.js"
-import { cellKey, CurrentShare } from "../Kernel/FairShare.js"
+import { cellKey } from "../Kernel/FairShare.js"
 import { toIso } from "../Kernel/Ids.js"
 import { realPause } from "../Kernel/RealTime.js"
-import { sharedBy, Shares } from "../Kernel/Shares.js"
+import { asCell, sharedBy, Shares } from "../Kernel/Shares.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { type ClaimedRow, UNKNOWN_OUTCOME, WebhooksRepo } from "./Repo.js"
 import { send } from "./Sender.js"
@@ -41,7 +41,8 @@ const worker = Effect.gen(function*() {
   const secrets = yield* Secrets
   const { dispatcher } = yield* Destinations
   // (issue 36) an attempt waits for its environment's share of the node's calls out
-  const callOut = sharedBy(yield* Shares, "outbound")
+  const shares = yield* Shares
+  const callOut = sharedBy(shares, "outbound")
   const notifications = yield* Notifications
   const wake = yield* Queue.sliding<void>(1)
   const attempts = yield* FiberSet.make()
@@ -107,8 +108,8 @@ const worker = Effect.gen(function*() {
         )
       ),
       Effect.catchAllCause((cause) => Effect.logWarning("webhook attempt failed to run; its lease will bring it back", cause)),
-      // the attempt's work (its statements, its call out) is its environment's
-      Effect.provideService(CurrentShare, cellKey({ tenantId: d.tenant_id, environment: d.environment })),
+      // the attempt's work (its statements, its call out, its CPU) is its environment's
+      asCell(shares, cellKey({ tenantId: d.tenant_id, environment: d.environment })),
       Effect.annotateLogs({ webhook_id: d.id, endpoint_id: d.endpoint_id, tenant_id: d.tenant_id })
     )
 
