@@ -4,10 +4,11 @@
  * (the node that took the change applies it at once). A weight set here wins over the node's
  * `CELL_WEIGHTS`; cleared, the cell goes back to it (or to 1).
  */
-import { Duration, Effect, Layer, Schedule } from "effect"
+import { Effect, Layer } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { cellKey } from "../Kernel/FairShare.js"
+import { realPause } from "../Kernel/RealTime.js"
 import { Shares, type Weights } from "../Kernel/Shares.js"
 import { type CellWeightRow, OperatorRepo } from "./Repo.js"
 
@@ -29,9 +30,11 @@ export const WeightsRefreshLive = Layer.scopedDiscard(
     const repo = yield* OperatorRepo
     const { weights } = yield* Shares
     const refresh = Effect.flatMap(repo.cellWeights, (rows) => Effect.sync(() => applyWeights(weights, config.shares.cellWeights, rows)))
+    // in real time, not on Effect's Clock: a suite moving TestClock by days does not read them once per 10 s of those days
     yield* refresh.pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("reading the cells' weights failed; the last ones stay", cause)),
-      Effect.repeat(Schedule.spaced(Duration.seconds(config.shares.weightsRefreshSeconds))),
+      Effect.zipRight(realPause(config.shares.weightsRefreshSeconds * 1000)),
+      Effect.forever,
       Effect.forkScoped
     )
   })
