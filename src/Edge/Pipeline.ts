@@ -540,10 +540,8 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
               ? publicV1(app, state, address)
               : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))).pipe(
                 // the request's work spends its cell's shares of the node (issue 36), the event
-                // loop's included: the path's cell. It starts as a task of the cell's lane (the
-                // yield), not in the server's callback that read the request
-                (work) =>
-                  Effect.flatMap(Shares, (shares) => asCell(shares, shareOfPath(match.params))(Effect.zipRight(Effect.yieldNow(), work)))
+                // loop's included: the path's cell (cellLanes, outermost, started it in its lane)
+                (work) => Effect.flatMap(Shares, (shares) => asCell(shares, shareOfPath(match.params))(work))
               )
           )
         )
