@@ -161,8 +161,17 @@ const startRun = (world: World, steps: ReadonlyArray<ScriptedStep>, at: CellId =
     return id
   })
 
+/**
+ * A turn of the event loop: the actors run in their cell's lane of the node's fair scheduler
+ * (issue 36), whose busy lanes are drained after the loop polled I/O, not in microtasks.
+ */
+const turn = Effect.async<void>((resume) => {
+  const immediate = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(immediate))
+})
+
 /** Lets the actors' fibers run (no time passes). */
-const settle = Effect.repeatN(Effect.yieldNow(), 200)
+const settle = Effect.repeatN(Effect.zipRight(Effect.yieldNow(), turn), 200)
 
 /**
  * Lets the actors run until the run leaves `running`: a tool call validates its input in a worker
