@@ -24,7 +24,7 @@ import { CurrentShare, NODE_KEY } from "./Kernel/FairShare.js"
 import { makeId } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/RequestContext.js"
-import { asCell, Shares } from "./Kernel/Shares.js"
+import { asCell, sharedBy, Shares } from "./Kernel/Shares.js"
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 
@@ -60,7 +60,6 @@ export class Files extends Effect.Service<Files>()("Files", {
     const platform = yield* Platform
     const agents = yield* Agents
     const shares = yield* Shares
-    const bytes = shares.of("bytes")
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** The files a key reaches (D20): a workspace-bound key (the quickstart key) only its workspace's. */
@@ -186,7 +185,7 @@ export class Files extends Effect.Service<Files>()("Files", {
                 : Effect.succeed(data)).pipe(
                 // (issue 36) each slice waits for its cell's share of the node's bytes; the response
                 // is written outside the request's fiber, so the cell is named here
-                bytes.withPermit(share),
+                sharedBy(shares, "bytes"),
                 asCell(shares, share)
               ), // the next slices are read while one is written (in order; at most 4 slices in memory)
           { concurrency: 4 }

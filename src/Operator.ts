@@ -7,19 +7,18 @@ import { Clock, Effect, Option } from "effect"
 
 import { Cells } from "./Cells/Cells.js"
 import { ClusterNode, PlacementsRepo } from "./Cells/Placements.js"
-import { GetCellStats } from "./Cells/Protocol.js"
+import { cellKey, GetCellStats } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import type { CellShare, PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
-import { cellKey } from "./Kernel/FairShare.js"
 import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
 import { auditAbout } from "./Kernel/RequestContext.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
 import { type Resource, Shares } from "./Kernel/Shares.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
-import { OperatorRepo, type PilotRow } from "./Operator/Repo.js"
+import { type CellWeightRow, OperatorRepo, type PilotRow } from "./Operator/Repo.js"
 import { applyWeights } from "./Operator/Weights.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
@@ -57,8 +56,11 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       }
     }).pipe(dieOnSqlError)
 
-    /** The cell's share of this node (issue 36): its weight, and what it holds, awaits and got of each resource. */
-    const shareOf = (t: string, e: EnvironmentName, source: CellShare["weight_source"]): CellShare => {
+    /**
+     * The cell's share of this node (issue 36): its weight and where it comes from (`weights`, the
+     * operator's rows), and what it holds, awaits and got of each resource.
+     */
+    const shareOf = (t: string, e: EnvironmentName, weights: ReadonlyArray<CellWeightRow>): CellShare => {
       const key = cellKey({ tenantId: t, environment: e })
       const resource = (r: Resource) => {
         const stats = shares.of(r).stats()
@@ -74,17 +76,14 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       }
       return {
         weight: shares.weights.get(key),
-        weight_source: source,
+        weight_source: weights.some((r) => r.tenant_id === t && r.environment === e)
+          ? "operator"
+          : config.shares.cellWeights.has(key)
+          ? "config"
+          : "default",
         resources: { db: resource("db"), steps: resource("steps"), outbound: resource("outbound"), bytes: resource("bytes") }
       }
     }
-    const weightSource = (t: string, e: EnvironmentName) =>
-      Effect.map(repo.cellWeights, (rows): CellShare["weight_source"] =>
-        rows.some((r) => r.tenant_id === t && r.environment === e)
-          ? "operator"
-          : config.shares.cellWeights.has(cellKey({ tenantId: t, environment: e }))
-          ? "config"
-          : "default")
 
     /** What the environment's cell holds now, and its share of this node. 404 for an unknown environment. */
     const cellStats = (t: string, e: EnvironmentName) =>
@@ -93,7 +92,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
         // a cell that is not running holds nothing; asking does not start it (a start bumps its generation)
         const running = yield* cells.sendIfRunning({ tenantId: t, environment: e }, new GetCellStats())
         const stats = Option.getOrElse(running, () => ({ generation: env.cell_generation, running_actors: 0, parked_runs: 0, streams: 0 }))
-        return { ...stats, share: shareOf(t, e, yield* weightSource(t, e)) }
+        return { ...stats, share: shareOf(t, e, yield* repo.cellWeights) }
       })
 
     /**
@@ -104,8 +103,9 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       Effect.gen(function*() {
         yield* platform.liveEnvironment(t, e)
         yield* repo.setCellWeight({ tenantId: t, environment: e }, weight, yield* now)
-        yield* Effect.flatMap(repo.cellWeights, (rows) => Effect.sync(() => applyWeights(shares.weights, config.shares.cellWeights, rows)))
-        return shareOf(t, e, yield* weightSource(t, e))
+        const rows = yield* repo.cellWeights
+        applyWeights(shares.weights, config.shares.cellWeights, rows)
+        return shareOf(t, e, rows)
       })
 
     const submitPilot = (body: { organization_name: string; contact_email: string }) =>

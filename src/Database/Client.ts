@@ -70,7 +70,7 @@ interface Pool {
  * behind its own. A grant is given back with its connection. (`query` on the pool itself, which
  * the library uses only to NOTIFY and to cancel a statement, goes to `pg` directly.)
  */
-export const fairPool = (pool: Pool, share: FairShare, scheduler?: FairScheduler): Pool => {
+export const fairPool = (pool: Pool, share: FairShare, scheduler: FairScheduler): Pool => {
   const facade: Pool = Object.create(pool)
   Object.defineProperty(facade, "connect", {
     value: (callback: Connected) => {
@@ -87,14 +87,14 @@ export const fairPool = (pool: Pool, share: FairShare, scheduler?: FairScheduler
           const giveBack: Release = (e) => {
             if (returned) return
             returned = true
-            if (holder !== undefined) scheduler?.release(holder)
+            if (holder !== undefined) scheduler.release(holder)
             release(e)
             grant.release()
           }
           client.release = giveBack
           // while it holds the connection, the fiber runs ahead of its cell's other work when
           // others wait for a connection (the library sends a statement from this callback at once)
-          if (holder !== undefined) scheduler?.hold(holder)
+          if (holder !== undefined) scheduler.hold(holder)
           callback(undefined, client, giveBack)
         })
       })
@@ -149,7 +149,7 @@ const poolLayer = (url: Redacted.Redacted, max: number, prepared: number) =>
             max,
             total: made.totalCount,
             idle: made.idleCount,
-            waiting: made.waitingCount + share.stats().waiting
+            waiting: made.waitingCount + share.waiting()
           }))
         })
       )

@@ -24,9 +24,6 @@ import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse 
 import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
 
-import { cellKey, NODE_KEY } from "../Kernel/FairShare.js"
-import { asCell, Shares } from "../Kernel/Shares.js"
-
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
 import { Cells, CellUnavailable } from "../Cells/Cells.js"
@@ -45,8 +42,9 @@ import {
   Unavailable
 } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
-import type { Principal } from "../Kernel/Principal.js"
+import { cellKey, type Principal } from "../Kernel/Principal.js"
 import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
+import { asCell, Shares } from "../Kernel/Shares.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
 import { Runs } from "../Runs.js"
@@ -509,17 +507,6 @@ const rateStateOnRoutingError = (state: RequestState, address: string) =>
     (request) => request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(state, address))
   )
 
-/**
- * Whose share of the node a `/v1` request spends (issue 36): the cell its path names (its key is
- * found by the key, but the share is that of the cell the request is for); a tenant's, for a path
- * of a tenant only; the node's otherwise.
- */
-const shareOfPath = (params: Readonly<Record<string, string>>): string => {
-  const tenantId = params["tenant_id"]
-  const environment = params["environment"]
-  return tenantId === undefined ? NODE_KEY : environment === undefined ? tenantId : cellKey({ tenantId, environment })
-}
-
 /** The pipeline around the app serving `routes` (the HttpApi's `/v1` routes, `routesOf`). */
 export const pipeline = (routes: ReadonlyArray<Route>) =>
   HttpMiddleware.make((app) =>
@@ -536,13 +523,9 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         ? checkUrl(request.url).pipe(
           Effect.zipRight(routed(routes, request.method, path, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
           Effect.flatMap((match) =>
-            (isPublicV1(path)
+            isPublicV1(path)
               ? publicV1(app, state, address)
-              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))).pipe(
-                // the request's work spends its cell's shares of the node (issue 36), the event
-                // loop's included: the path's cell (cellLanes, outermost, started it in its lane)
-                (work) => Effect.flatMap(Shares, (shares) => asCell(shares, shareOfPath(match.params))(work))
-              )
+              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
           )
         )
         : operatorMatch?._tag === "Found"
@@ -565,7 +548,6 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         | AppConfig
         | SqlClient.SqlClient
         | FileSystem.FileSystem
-        | Shares
       const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
         Effect.locally(currentRequest, state),
         Effect.annotateLogs("request_id", state.requestId)
@@ -581,9 +563,10 @@ const CELL_PATH = /^\/v1\/tenants\/([^/?#]+)(?:\/environments\/([^/?#]+))?/
 
 /**
  * The outermost middleware (issue 36): a request for a cell's path (`/v1/tenants/{t}/environments/{e}/...`)
- * runs, from its first step, as a task of that cell's lane of the node's fair scheduler (the
- * pipeline names the cell again once the route matched); the server's callback that read the
- * request only starts it.
+ * runs, from its first step, as that cell's work: what it spends of the node's shares (the
+ * database pool, the bytes of its files...) is the cell's, and its fibers run in the cell's lane
+ * of the node's fair scheduler; the server's callback that read the request only starts it. A
+ * tenant's path (`/v1/tenants/{t}`) is the tenant's; any other, the node's.
  */
 export const cellLanes = HttpMiddleware.make((app) =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {

@@ -40,8 +40,6 @@ export interface FairScheduler extends Scheduler.Scheduler {
    */
   readonly hold: (fiber: RuntimeFiber<unknown, unknown>) => void
   readonly release: (fiber: RuntimeFiber<unknown, unknown>) => void
-  /** lanes with tasks waiting, and how many */
-  readonly stats: () => { readonly lanes: number; readonly tasks: number }
 }
 
 export interface FairSchedulerOptions {
@@ -54,8 +52,6 @@ export interface FairSchedulerOptions {
    * then do the holders' tasks run ahead (default: always)
    */
   readonly contended?: () => boolean
-  /** reports a task that threw (a defect of the runtime itself: a fiber's failures never reach here) */
-  readonly onError?: (error: unknown) => void
 }
 
 export const make = (options: FairSchedulerOptions): FairScheduler => {
@@ -65,11 +61,10 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
   const ready = new Set<Lane>()
   let clock = 0
   let armed = false
-  let waiting = 0
   /** fibers holding what others wait for, and how many units each */
   const holding = new Map<RuntimeFiber<unknown, unknown>, number>()
   /** their tasks, first come first served, each with its lane */
-  let urgent: Array<{ readonly lane: Lane; readonly task: Scheduler.Task }> = []
+  const urgent: Array<{ readonly lane: Lane; readonly task: Scheduler.Task }> = []
 
   const arm = () => {
     if (armed) return
@@ -97,20 +92,17 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
     return best!
   }
 
-  /** Runs `task` of `lane`, charging its CPU time to the lane; the time it ended. */
+  /** Runs `task` of `lane`, charging its CPU time to the lane (a task that throws, as with Effect's default scheduler, throws on). */
   const runTask = (lane: Lane, task: Scheduler.Task) => {
     const start = Math.max(lane.finish, clock)
     clock = start
     const t0 = performance.now()
     try {
       task()
-    } catch (error) {
-      options.onError?.(error)
+    } finally {
+      const weight = options.weightOf(lane.key)
+      lane.finish = start + (performance.now() - t0) / (weight > 0 ? weight : 1)
     }
-    const t1 = performance.now()
-    const weight = options.weightOf(lane.key)
-    lane.finish = start + (t1 - t0) / (weight > 0 ? weight : 1)
-    return t1
   }
 
   /**
@@ -125,23 +117,18 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
     const end = performance.now() + options.sliceMillis
     try {
       for (;;) {
-        if (urgent.length > 0) {
-          const batch = urgent
-          urgent = []
-          for (let i = 0; i < batch.length; i++) {
-            waiting--
-            runTask(batch[i]!.lane, batch[i]!.task)
-          }
-          if (performance.now() >= end) break
+        if (performance.now() >= end) break
+        const held = urgent.shift()
+        if (held !== undefined) {
+          runTask(held.lane, held.task)
           continue
         }
-        if (ready.size === 0 || performance.now() >= end) break
+        if (ready.size === 0) break
         const lane = pick()
         if (onlyOwed && lane.finish > clock) break
         const task = lane.tasks[lane.head]!
         lane.tasks[lane.head] = undefined as unknown as Scheduler.Task
         lane.head++
-        waiting--
         if (lane.head === lane.tasks.length) {
           lane.tasks = []
           lane.head = 0
@@ -151,8 +138,8 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
       }
     } finally {
       draining = false
-      // lanes that are idle and owed nothing are forgotten: the state is the lanes at work
-      for (const [key, lane] of lanes) if (!ready.has(lane) && lane.finish <= clock) lanes.delete(key)
+      // at a drain, lanes that are idle and owed nothing are forgotten: the state is the lanes at work
+      if (!onlyOwed) { for (const [key, lane] of lanes) if (!ready.has(lane) && lane.finish <= clock) lanes.delete(key) }
       if (ready.size > 0 || urgent.length > 0) arm()
     }
   }
@@ -181,7 +168,6 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
         lane = { key, tasks: [], head: 0, finish: clock }
         lanes.set(key, lane)
       }
-      waiting++
       if (fiber !== undefined && holding.has(fiber) && contended()) urgent.push({ lane, task })
       else {
         lane.tasks.push(task)
@@ -196,7 +182,6 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
       if (n === undefined) return
       if (n <= 1) holding.delete(fiber)
       else holding.set(fiber, n - 1)
-    },
-    stats: () => ({ lanes: ready.size, tasks: waiting })
+    }
   }
 }

@@ -30,9 +30,6 @@ export class CurrentShare extends Context.Reference<CurrentShare>()("CurrentShar
   defaultValue: (): string => NODE_KEY
 }) {}
 
-/** The share key of a cell. */
-export const cellKey = (cell: { readonly tenantId: string; readonly environment: string }): string => `${cell.tenantId}/${cell.environment}`
-
 /** A unit granted: give it back once (later calls do nothing). */
 export interface Grant {
   readonly release: () => void
@@ -43,7 +40,7 @@ export interface ShareStats {
   readonly capacity: number
   readonly inUse: number
   readonly waiting: number
-  readonly keys: ReadonlyArray<{ readonly key: string; readonly inUse: number; readonly waiting: number; readonly weight: number }>
+  readonly keys: ReadonlyArray<{ readonly key: string; readonly inUse: number; readonly waiting: number }>
 }
 
 /** Told of every grant: the key, and how long it waited (ms; 0 when granted at once). */
@@ -249,8 +246,7 @@ export const make = (options: FairShareOptions): FairShare => {
     keys: [...keys.values()].map((k) => ({
       key: k.key,
       inUse: k.inUse,
-      waiting: k.waiters.length - k.head - k.waiters.slice(k.head).filter((w) => w.done).length,
-      weight: weightOf(k.key)
+      waiting: k.waiters.length - k.head - k.waiters.slice(k.head).filter((w) => w.done).length
     }))
   })
 

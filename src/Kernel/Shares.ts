@@ -104,10 +104,6 @@ export const make = (options: {
  * Runs `effect` holding a unit of `resource` granted to the current work's cell (`CurrentShare`),
  * waiting behind that cell's own work if the resource is full.
  */
-export const withShare = (resource: Resource) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R | Shares> =>
-  Effect.flatMap(Shares, (shares) => sharedBy(shares, resource)(effect))
-
-/** `withShare` with the node's shares at hand (a service that took them when it was built). */
 export const sharedBy = (shares: SharesShape, resource: Resource) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.flatMap(FairShare.CurrentShare, (key) => shares.of(resource).withPermit(key)(effect))
 

@@ -7,7 +7,7 @@
 import { Effect, Layer } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
-import { cellKey } from "../Kernel/FairShare.js"
+import { cellKey } from "../Kernel/Principal.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { Shares, type Weights } from "../Kernel/Shares.js"
 import { type CellWeightRow, OperatorRepo } from "./Repo.js"

@@ -7,10 +7,10 @@
  */
 import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
 
-import type { CellCommand, CellId, OpenStreamReply, ReplyOf } from "../Cells/Protocol.js"
+import { type CellCommand, type CellId, cellKey, type OpenStreamReply, type ReplyOf } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
-import { cellKey, CurrentShare } from "../Kernel/FairShare.js"
+import { CurrentShare } from "../Kernel/FairShare.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"

@@ -240,12 +240,10 @@ export const run = (runId: string, options: ActorOptions) =>
             return
           }
           const step = result.right
-          const done = yield* asStep(
-            Effect.flatMap(
-              Effect.flatMap(toolEnv.storageLimit, (limit) => RunFiles.producedFiles(row, step.files, limit)),
-              (produced) => commitStep(agent, step, produced)
-            )
-          )
+          const done = yield* asStep(Effect.gen(function*() {
+            const produced = yield* RunFiles.producedFiles(row, step.files, yield* toolEnv.storageLimit)
+            return yield* commitStep(agent, step, produced)
+          }))
           if (done) return
         }
         yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })
