@@ -66,8 +66,12 @@ export interface BenchPostgres {
   readonly cpu: () => number
   /** A query on the bench's own connection. */
   readonly query: (text: string, values?: ReadonlyArray<unknown>) => Promise<Array<Record<string, any>>>
-  /** Top-level statements executed so far, the bench's own left out; BEGIN/COMMIT/ROLLBACK apart. */
-  readonly statements: () => Promise<{ readonly statements: number; readonly txControl: number }>
+  /**
+   * Top-level statements executed so far (`pg_stat_statements.track = top`: a trigger's are not
+   * counted), the bench's own left out; BEGIN/COMMIT/ROLLBACK apart. With `database`, that
+   * database's only.
+   */
+  readonly statements: (database?: string) => Promise<{ readonly statements: number; readonly txControl: number }>
   /** The next transaction id: its advance counts write transactions. */
   readonly xid: () => Promise<number>
   /** The statements by calls since the last `resetStatements`, for profiles. */
@@ -76,6 +80,8 @@ export interface BenchPostgres {
   readonly stop: () => Promise<void>
 }
 
+/** BEGIN (DBOS's `BEGIN ISOLATION LEVEL READ COMMITTED` too), COMMIT, ROLLBACK. */
+const TX_CONTROL = `query ~* '^\\s*(BEGIN|START TRANSACTION|COMMIT|END|ROLLBACK)\\y'`
 const OWN = `query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_current_xact_id%' AND query NOT LIKE '%bench_%'`
 
 /** Starts a fresh cluster (or uses `BENCH_DATABASE_URL`'s, without CPU figures). */
@@ -156,11 +162,12 @@ export const startPostgres = async (): Promise<BenchPostgres> => {
     pid: postmaster,
     cpu: () => cpuMs(postmaster, true) + childrenOf(postmaster).reduce((n, pid) => n + cpuMs(pid), 0),
     query,
-    statements: async () => {
+    statements: async (database) => {
       const [row] = await query(
-        `SELECT COALESCE(sum(calls) FILTER (WHERE query NOT IN ('BEGIN', 'COMMIT', 'ROLLBACK')), 0)::int AS s,
-                COALESCE(sum(calls) FILTER (WHERE query IN ('BEGIN', 'COMMIT', 'ROLLBACK')), 0)::int AS t
-         FROM pg_stat_statements WHERE ${OWN}`
+        `SELECT COALESCE(sum(calls) FILTER (WHERE NOT ${TX_CONTROL}), 0)::int AS s,
+                COALESCE(sum(calls) FILTER (WHERE ${TX_CONTROL}), 0)::int AS t
+         FROM pg_stat_statements WHERE ${OWN} AND ($1::text IS NULL OR dbid = (SELECT oid FROM pg_database WHERE datname = $1))`,
+        [database ?? null]
       )
       return { statements: row!.s, txControl: row!.t }
     },
