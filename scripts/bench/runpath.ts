@@ -5,9 +5,11 @@
  * and the ratio, and each load phase with what one run cost: the service's CPU, Postgres's CPU,
  * top-level SQL statements (BEGIN/COMMIT apart) and write transactions (the xid counter's advance).
  *
- *   1. A scripted run end to end (`Prefer: wait`) at C=1 and C=16 over 32 cells, vs a durable
- *      workflow in DBOS's shape (start + 1 step + result: 3 write transactions, in process, no
- *      HTTP) on the same Postgres at the same concurrency.
+ *   1. A scripted run end to end (`Prefer: wait`) at C=1 and C=16 over 32 cells, vs the real
+ *      durable-execution peer (issue 37): DBOS 5.3, a workflow of one step and a result, in its
+ *      own process (scripts/bench/dbos.ts, no HTTP), on its own database of the same Postgres at
+ *      the same concurrency, measured first, alone on the cluster, with the same counters. The
+ *      raw-`pg` floor (DBOS's statements by hand, in this process) is printed as information.
  *   2. Admission (202) at C=16 vs single-row INSERT transactions at C=16.
  *   3. `GET run` vs a bare node:http hello world (its own child process) at C=16.
  *   4. Cost stays flat: an events page near the end of a 100,000-event run vs a 10-event run;
@@ -17,6 +19,8 @@ import autocannon from "autocannon"
 import { spawn } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { createRequire } from "node:module"
+import * as readline from "node:readline"
+import { fileURLToPath } from "node:url"
 
 import { freePort, json, OPERATOR_TOKEN, type Service, startService } from "./child.js"
 import { type BenchPostgres, cpuMs, startPostgres } from "./pg.js"
@@ -29,7 +33,8 @@ interface PgClient {
 }
 const pg = require("pg") as { Client: new(config: { connectionString: string }) => PgClient }
 
-export type Report = (name: string, figure: number, unit: string, baseline: number, target: string, met: boolean) => void
+/** A row of the table; `met` undefined: a figure printed as information, not a target. */
+export type Report = (name: string, figure: number, unit: string, baseline: number, target: string, met: boolean | undefined) => void
 
 const CELLS = 32
 
@@ -94,45 +99,71 @@ const conversations = async (db: BenchPostgres, cells: ReadonlyArray<Cell>, coun
 interface Costs {
   readonly node: number
   readonly pg: number
+  /** top-level statements, the background's included */
   readonly statements: number
+  /** of which the background's, estimated from its idle rate */
+  readonly backgroundStatements: number
   readonly txControl: number
   readonly xids: number
-  /** write transactions of the service's background work (the cluster runner's), estimated from its idle rate */
+  /** write transactions of the background work, estimated from its idle rate: not in `xids` */
   readonly backgroundXids: number
 }
 
-/** Write transactions per millisecond of an idle service (the cluster runner's heartbeat and polls). */
-let backgroundXidRate = 0
+/**
+ * What is measured: a process on the bench's Postgres (the service, or DBOS's), its CPU, its
+ * background's rates when idle (the service's cluster runner, DBOS's queue and schedule polls) and,
+ * when it has one to itself, its database.
+ */
+interface Subject {
+  readonly name: string
+  readonly cpu: () => number
+  readonly database?: string
+  /** per millisecond */
+  background: { xids: number; statements: number }
+}
 
-/** Measures the idle service's write transactions for `seconds`: subtracted from each phase's. */
-const measureBackground = async (db: BenchPostgres, seconds: number) => {
+/** Measures the idle subject's write transactions and statements for `seconds`. */
+const measureBackground = async (db: BenchPostgres, subject: Subject, seconds: number) => {
+  await db.resetStatements()
   const x0 = await db.xid()
   const t0 = performance.now()
   await new Promise((r) => setTimeout(r, seconds * 1000))
-  backgroundXidRate = (await db.xid() - x0) / (performance.now() - t0)
-  console.log(`  idle service: ${(backgroundXidRate * 1000).toFixed(2)} write tx/s (its cluster runner), subtracted below`)
+  const x1 = await db.xid()
+  const s = await db.statements(subject.database)
+  const elapsed = performance.now() - t0
+  subject.background = { xids: (x1 - x0) / elapsed, statements: s.statements / elapsed }
+  console.log(
+    `  idle ${subject.name}: ${(subject.background.xids * 1000).toFixed(2)} write tx/s (subtracted below),` +
+      ` ${(subject.background.statements * 1000).toFixed(1)} statements/s (counted below, and apart)`
+  )
 }
 
-/** What `work` cost, per unit of what it returns. */
-const measured = async <A extends { readonly count: number }>(db: BenchPostgres, service: Service, work: () => Promise<A>) => {
+/** What `work` cost, per unit of what it returns; its `cpuMs`, when it says, is the subject's CPU. */
+const measured = async <A extends { readonly count: number; readonly cpuMs?: number }>(
+  db: BenchPostgres,
+  subject: Subject,
+  work: () => Promise<A>
+) => {
   await db.resetStatements()
-  const node0 = cpuMs(service.pid)
+  const node0 = subject.cpu()
   const pg0 = db.cpu()
   const x0 = await db.xid()
   const t0 = performance.now()
   const result = await work()
   const x1 = await db.xid()
-  const background = backgroundXidRate * (performance.now() - t0)
-  const node1 = cpuMs(service.pid)
+  const elapsed = performance.now() - t0
+  const node1 = subject.cpu()
   const pg1 = db.cpu()
-  const s = await db.statements()
+  const s = await db.statements(subject.database)
   const n = Math.max(1, result.count)
+  const background = subject.background.xids * elapsed
   const costs: Costs = {
-    node: (node1 - node0) / n,
+    node: (result.cpuMs ?? node1 - node0) / n,
     pg: (pg1 - pg0) / n,
     statements: s.statements / n,
+    backgroundStatements: (subject.background.statements * elapsed) / n,
     txControl: s.txControl / n,
-    // the bench's own xid reads take none; the cluster runner's, at its idle rate, are not the runs'
+    // the bench's own xid reads take none; the background's, at its idle rate, are not the runs'
     xids: Math.max(0, x1 - x0 - background) / n,
     backgroundXids: background / n
   }
@@ -141,9 +172,9 @@ const measured = async <A extends { readonly count: number }>(db: BenchPostgres,
 
 const printCosts = (label: string, c: Costs) =>
   console.log(
-    `    per ${label}: node CPU ${c.node.toFixed(2)} ms, Postgres CPU ${c.pg.toFixed(2)} ms, ${c.statements.toFixed(1)} statements` +
-      ` (+${c.txControl.toFixed(1)} BEGIN/COMMIT), ${c.xids.toFixed(2)} write tx` +
-      ` (+${c.backgroundXids.toFixed(2)} of the cluster runner, at its idle rate)`
+    `    per ${label}: node CPU ${c.node.toFixed(2)} ms, Postgres CPU ${c.pg.toFixed(2)} ms,` +
+      ` ${c.statements.toFixed(1)} top-level statements (~${c.backgroundStatements.toFixed(2)} of them the background's;` +
+      ` +${c.txControl.toFixed(1)} BEGIN/COMMIT), ${c.xids.toFixed(2)} write tx (+${c.backgroundXids.toFixed(2)} the background's)`
   )
 
 /** A closed loop of `connections` over HTTP for `seconds`. */
@@ -233,11 +264,61 @@ const inserts = async (url: string, connections: number, seconds: number) => {
 }
 
 /**
- * A durable workflow in DBOS's shape (its `workflow_status` and `operation_outputs`): start (one
- * write transaction), one step's output (one), the result (one), `connections` at once, in
- * process, no HTTP.
+ * DBOS 5.3 in its own process (scripts/bench/dbos.ts) on a database of its own (`dbos_bench`, its
+ * system database): `phase(c, s)` runs its workflows `c` at once for `s` seconds.
  */
-const workflows = async (url: string, connections: number, seconds: number) => {
+const startDbos = async (db: BenchPostgres) => {
+  await db.query("CREATE DATABASE dbos_bench")
+  const url = db.url.replace(/\/bench$/, "/dbos_bench")
+  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("dbos.ts", import.meta.url)), url], {
+    stdio: ["pipe", "pipe", "pipe"]
+  })
+  let errors = ""
+  child.stderr.on("data", (c) => (errors += c))
+  const messages: Array<Record<string, any>> = []
+  const waiting: Array<{ resolve: (m: Record<string, any>) => void; reject: (e: Error) => void }> = []
+  readline.createInterface({ input: child.stdout }).on("line", (line) => {
+    let message: unknown
+    try {
+      message = JSON.parse(line)
+    } catch {
+      return // DBOS's own logging
+    }
+    if (typeof message !== "object" || message === null || !("bench" in message)) return
+    const waiter = waiting.shift()
+    if (waiter === undefined) messages.push(message)
+    else waiter.resolve(message)
+  })
+  child.on("exit", (code, signal) => {
+    for (const w of waiting.splice(0)) w.reject(new Error(`the DBOS peer exited (${code ?? signal}):\n${errors}`))
+  })
+  const next = () =>
+    messages.length > 0
+      ? Promise.resolve(messages.shift()!)
+      : child.exitCode !== null || child.signalCode !== null
+      ? Promise.reject(new Error(`the DBOS peer exited:\n${errors}`))
+      : new Promise<Record<string, any>>((resolve, reject) => waiting.push({ resolve, reject }))
+  await next()
+  const subject: Subject = { name: "DBOS", cpu: () => cpuMs(child.pid!), database: "dbos_bench", background: { xids: 0, statements: 0 } }
+  const phase = async (connections: number, seconds: number) => {
+    child.stdin.write(`${JSON.stringify({ connections, seconds })}\n`)
+    const m = await next()
+    return { count: m.count as number, perSecond: m.count / (m.ms / 1000), p50: m.p50 as number, cpuMs: m.cpuMs as number }
+  }
+  const stop = async () => {
+    child.stdin.end()
+    for (let i = 0; i < 50 && child.exitCode === null && child.signalCode === null; i++) await new Promise((r) => setTimeout(r, 100))
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+  }
+  return { subject, phase, stop }
+}
+
+/**
+ * The raw-`pg` floor: a durable workflow in DBOS's shape written by hand (its `workflow_status` and
+ * `operation_outputs`): start (one write transaction), one step's output (one), the result (one),
+ * `connections` at once, in this process, no HTTP. What a run could at most reach on this Postgres.
+ */
+const rawPgFloor = async (url: string, connections: number, seconds: number) => {
   const clients = await Promise.all(Array.from({ length: connections }, async () => {
     const c = new pg.Client({ connectionString: url })
     await c.connect()
@@ -334,7 +415,30 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
   const seconds = quick ? 3 : 8
   const db = await startPostgres()
   let service: Service | undefined
+  let dbos: Awaited<ReturnType<typeof startDbos>> | undefined
   try {
+    // ---- 0. the peer, alone on the cluster -------------------------------------------------------
+    dbos = await startDbos(db)
+    const peer = dbos
+    // warm: its JIT, its pool (a first C=1 phase was 10-25% slower without)
+    await peer.phase(16, quick ? 1 : 2)
+    await peer.phase(1, quick ? 1 : 2)
+    await measureBackground(db, peer.subject, quick ? 2 : 5)
+    const wf1 = await measured(db, peer.subject, () => peer.phase(1, seconds))
+    console.log(`  DBOS 5.3, C=1: ${wf1.result.perSecond.toFixed(1)} workflows/s, p50 ${wf1.result.p50.toFixed(2)} ms`)
+    printCosts("workflow", wf1.costs)
+    const wf16 = await measured(db, peer.subject, () => peer.phase(16, seconds))
+    console.log(`  DBOS 5.3, C=16: ${wf16.result.perSecond.toFixed(1)} workflows/s, p50 ${wf16.result.p50.toFixed(2)} ms`)
+    printCosts("workflow", wf16.costs)
+    await peer.stop()
+    dbos = undefined
+    const floor1 = await rawPgFloor(db.url, 1, seconds)
+    const floor16 = await rawPgFloor(db.url, 16, seconds)
+    console.log(
+      `  raw pg floor (DBOS's shape by hand, in process): C=1 ${floor1.perSecond.toFixed(1)}/s p50 ${floor1.p50.toFixed(2)} ms;` +
+        ` C=16 ${floor16.perSecond.toFixed(1)}/s p50 ${floor16.p50.toFixed(2)} ms`
+    )
+
     service = await startService({
       DATABASE_URL: db.url,
       CELL_RATE_LIMIT_RPS: "1000000",
@@ -348,44 +452,39 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
     console.log(`  ${CELLS} cells provisioned; service pid ${svc.pid}, Postgres pid ${db.pid}`)
     const warm = await conversations(db, cells, 2, "warm")
     await endToEnd(svc, warm, 16, 2)
-    await measureBackground(db, quick ? 2 : 5)
+    const subject: Subject = { name: "service", cpu: () => cpuMs(svc.pid), background: { xids: 0, statements: 0 } }
+    await measureBackground(db, subject, quick ? 2 : 5)
 
     // ---- 1. end to end ---------------------------------------------------------------------
     const pool = await conversations(db, cells, 2, "e2e")
-    const c1 = await measured(db, svc, () => endToEnd(svc, pool, 1, seconds))
+    const c1 = await measured(db, subject, () => endToEnd(svc, pool, 1, seconds))
     console.log(`  end to end, C=1: ${(c1.result.count / seconds).toFixed(1)} runs/s, p50 ${c1.result.result.latency.p50} ms`)
     printCosts("run", c1.costs)
-    const c16 = await measured(db, svc, () => endToEnd(svc, pool, 16, seconds))
+    const c16 = await measured(db, subject, () => endToEnd(svc, pool, 16, seconds))
     const e2e16 = c16.result.count / seconds
     console.log(`  end to end, C=16: ${e2e16.toFixed(1)} runs/s, p50 ${c16.result.result.latency.p50} ms`)
     printCosts("run", c16.costs)
-    const wf1 = await workflows(db.url, 1, seconds)
-    const wf16 = await workflows(db.url, 16, seconds)
-    console.log(
-      `  durable workflow (DBOS's shape, in process): C=1 ${wf1.perSecond.toFixed(1)}/s p50 ${wf1.p50.toFixed(2)} ms;` +
-        ` C=16 ${wf16.perSecond.toFixed(1)}/s`
-    )
-    report("scripted run end to end, C=16", e2e16, "runs/s", wf16.perSecond, ">= 1.5x DBOS's workflows/s", e2e16 >= 1.5 * wf16.perSecond)
-    report(
-      "scripted run end to end, C=1, p50",
-      c1.result.result.latency.p50,
-      "ms",
-      wf1.p50,
-      "p50 <= 10 ms",
-      c1.result.result.latency.p50 <= 10
-    )
-    report("node CPU per run (C=16)", c16.costs.node, "ms", 3, "<= 3 ms", c16.costs.node <= 3)
-    report("SQL statements per run (C=16)", c16.costs.statements, "", 12, "<= 12", c16.costs.statements <= 12)
-    report("write transactions per run (C=16)", c16.costs.xids, "", 2, "<= 2", c16.costs.xids <= 2)
+    const dbos16 = wf16.result.perSecond
+    report("scripted run end to end, C=16 (DBOS: workflows/s)", e2e16, "runs/s", dbos16, ">= 1.5x DBOS's", e2e16 >= 1.5 * dbos16)
+    const p50 = c1.result.result.latency.p50
+    report("scripted run end to end, C=1, p50 (DBOS: workflow's)", p50, "ms", wf1.result.p50, "<= DBOS's", p50 <= wf1.result.p50)
+    const cpu = c16.costs.node
+    report("node CPU per run, C=16 (DBOS: per workflow)", cpu, "ms", wf16.costs.node, "<= 1.5x DBOS's", cpu <= 1.5 * wf16.costs.node)
+    const pgCpu = c16.costs.pg
+    report("Postgres CPU per run, C=16 (DBOS: per workflow)", pgCpu, "ms", wf16.costs.pg, "<= DBOS's", pgCpu <= wf16.costs.pg)
+    const statements = c16.costs.statements
+    report("top-level statements per run, C=16 (DBOS: per workflow)", statements, "", wf16.costs.statements, "<= 4", statements <= 4)
+    report("write transactions per run, C=16 (DBOS: per workflow)", c16.costs.xids, "", wf16.costs.xids, "information", undefined)
+    report("raw pg floor, C=16 (DBOS: workflows/s)", floor16.perSecond, "workflows/s", dbos16, "information: the limit", undefined)
 
     // ---- 2. admission --------------------------------------------------------------------------
     const fresh = await conversations(db, cells, quick ? 60 : 150, "adm")
-    const adm = await measured(db, svc, () => admission(svc, fresh, 16, seconds))
+    const adm = await measured(db, subject, () => admission(svc, fresh, 16, seconds))
     const admitted = adm.result.count / seconds
     console.log(`  admission (202), C=16: ${admitted.toFixed(1)} runs/s, p50 ${adm.result.result.latency.p50} ms`)
     printCosts("admission (and its run)", adm.costs)
     const insertRate = await inserts(db.url, 16, seconds)
-    report("run admission (202), C=16", admitted, "runs/s", insertRate, ">= 0.6x single-row INSERT tx/s", admitted >= 0.6 * insertRate)
+    report("run admission (202), C=16", admitted, "runs/s", insertRate, ">= 0.5x single-row INSERT tx/s", admitted >= 0.5 * insertRate)
 
     // ---- 3. GET run ----------------------------------------------------------------------------
     const sample = pool[0]!
@@ -407,8 +506,8 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
       get.requests.average,
       "req/s",
       bare.requests.average,
-      ">= 0.5x node:http hello world",
-      get.requests.average >= 0.5 * bare.requests.average
+      ">= 0.3x node:http hello world",
+      get.requests.average >= 0.3 * bare.requests.average
     )
 
     // ---- 4. cost stays flat --------------------------------------------------------------------
@@ -451,6 +550,7 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
       )
     }
   } finally {
+    await dbos?.stop()
     await service?.stop()
     await db.stop()
   }
@@ -463,7 +563,8 @@ export const __profile = async (db: BenchPostgres, svc: Service, mode: string) =
   const pool = await conversations(db, cells, mode === "e2e" ? 2 : 100, "p")
   const from = Date.now()
   const c = Number(process.env["PROFILE_CONNECTIONS"] ?? 16)
-  const m = await measured(db, svc, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
+  const subject: Subject = { name: "service", cpu: () => cpuMs(svc.pid), background: { xids: 0, statements: 0 } }
+  const m = await measured(db, subject, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
   printCosts("run", m.costs)
   for (const s of await db.topStatements(40)) console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
   return { from, to: Date.now(), count: m.result.count }
