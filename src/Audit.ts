@@ -15,6 +15,7 @@ import type { AuditActorType, AuditEntry, AuditListParams } from "./Domain/Audit
 import * as Cursor from "./Kernel/Cursor.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
+import { traced } from "./Kernel/Spans.js"
 import { ordered, timeParam } from "./Kernel/TimeRange.js"
 
 /** What an entry says; its id and time are given when it is written. */
@@ -69,7 +70,7 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
           status: entry.status,
           ip: entry.ip
         }, along)
-      }).pipe(Effect.orDie, Effect.withSpan("Audit.record"))
+      }).pipe(Effect.orDie, traced("Audit.record"))
 
     /** The cell's entries, newest first, filtered (D6 cursors, bound to the filters). */
     const list = (p: Principal, params: Cursor.ListParams & AuditListParams) =>
@@ -95,7 +96,7 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
     /** Deletes the entries past their environment's retention, in a transaction of its own: how many. */
     const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) => sql.withTransaction(repo.sweepExpired(new Date(now)))).pipe(
       Effect.orDie,
-      Effect.withSpan("Audit.sweep")
+      traced("Audit.sweep")
     )
 
     yield* sweep.pipe(

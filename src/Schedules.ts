@@ -33,6 +33,7 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
+import { traced } from "./Kernel/Spans.js"
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { QuotasRepo } from "./Quotas/Repo.js"
@@ -304,7 +305,7 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
       })).pipe(
         dieOnSqlError,
         Effect.catchAllDefect((defect) => (claimed === undefined ? Effect.die(defect) : skipFailed(claimed, at, defect))),
-        Effect.withSpan("Schedules.fireNext")
+        traced("Schedules.fireNext")
       )
     }
 

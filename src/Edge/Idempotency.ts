@@ -15,6 +15,7 @@ import { Clock, Effect, Fiber, Option, Schedule } from "effect"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Conflict } from "../Kernel/Errors.js"
 import { canonicalJson } from "../Kernel/Json.js"
+import { traced } from "../Kernel/Spans.js"
 import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
 
 export type { Scope, StoredResponse }
@@ -82,7 +83,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
         if (!locked) return yield* inUse
         if (row !== undefined) yield* repo.remove(s)
         return Option.none()
-      }).pipe(Effect.orDie, Effect.withSpan("Idempotency.check"))
+      }).pipe(Effect.orDie, traced("Idempotency.check"))
 
     /**
      * The statement storing the response, for the request's transaction: written with the

@@ -45,6 +45,7 @@ import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
 import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
 import { asCell, Shares } from "../Kernel/Shares.js"
+import { annotateSpan } from "../Kernel/Spans.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
 import { Runs } from "../Runs.js"
@@ -514,7 +515,7 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
       const request = yield* HttpServerRequest.HttpServerRequest
       const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
       // The request's span (when tracing) carries the id its log lines and answer carry.
-      yield* Effect.annotateCurrentSpan("request_id", state.requestId)
+      yield* annotateSpan({ request_id: state.requestId })
       const path = pathOf(request.url)
       const address = Option.getOrElse(request.remoteAddress, () => "unknown")
       const v1 = path.startsWith("/v1/")

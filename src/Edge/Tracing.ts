@@ -13,6 +13,7 @@
 import { Headers, HttpMiddleware, HttpServerRequest } from "@effect/platform"
 import { Effect, Layer } from "effect"
 
+import { annotateSpan } from "../Kernel/Spans.js"
 import { methodLabel, requestOperation } from "./Metrics.js"
 import { ROUTES } from "./Routes.js"
 
@@ -32,7 +33,7 @@ export const requestSpanAttributes = HttpMiddleware.make((app) =>
     const { operation, params } = requestOperation(request)
     const route = TEMPLATES.get(operation)
     const tenant = params["tenant_id"]
-    yield* Effect.annotateCurrentSpan({
+    yield* annotateSpan({
       operation,
       ...(route === undefined ? {} : { "http.route": route }),
       ...(tenant === undefined ? {} : { tenant_id: tenant.slice(0, 128) })

@@ -52,6 +52,7 @@ import {
   type ToolDefinition,
   type Usage
 } from "../Domain/Conversation.js"
+import { annotateSpan, traced } from "../Kernel/Spans.js"
 import { withFailureDetailsWithheld } from "../Observability/Tracing.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { ModelsConfig, type ModelsConfigShape } from "./Config.js"
@@ -299,7 +300,7 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
         })
         : called)
       const result = toResult(response, target)
-      yield* Effect.annotateCurrentSpan({
+      yield* annotateSpan({
         "model.outcome": result._tag === "Final" ? "final" : "tool_calls",
         "model.input_tokens": result.usage.input_tokens,
         "model.output_tokens": result.usage.output_tokens,
@@ -319,7 +320,7 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       Effect.mapError((error) => scrubbed(error, input.credential)),
       Effect.tapError((error) =>
         Effect.zipRight(
-          Effect.annotateCurrentSpan({
+          annotateSpan({
             "model.outcome": error._tag,
             ...(error.provider_request_id === undefined ? {} : { "model.provider_request_id": error.provider_request_id })
           }),
@@ -337,7 +338,7 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       ),
       // One span per model call (a retried step is another call); @effect/ai's
       // `LanguageModel.generateText` and the HTTP client's span are its children. No prompt or answer.
-      Effect.withSpan("model.call", {
+      traced("model.call", {
         attributes: {
           "model.provider": provider,
           "model.name": model,

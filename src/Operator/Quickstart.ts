@@ -22,6 +22,7 @@ import type { Quickstart } from "../Domain/Operator.js"
 import { notFound } from "../Kernel/Errors.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
+import { traced } from "../Kernel/Spans.js"
 import { Platform } from "../Platform.js"
 import { OperatorRepo, type QuickstartRow } from "./Repo.js"
 
@@ -109,7 +110,7 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
           if (again) return toQuickstart(again)
           return yield* create({ tenantId, environment })
         }))
-      }).pipe(Effect.withSpan("Quickstarts.ensure"))
+      }).pipe(traced("Quickstarts.ensure"))
 
     return {
       ensure: (tenantId: string, environment: EnvironmentName) => dieOnSqlError(ensure(tenantId, environment))

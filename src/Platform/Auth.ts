@@ -7,6 +7,7 @@ import { Clock, Effect } from "effect"
 
 import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
 import type { Principal } from "../Kernel/Principal.js"
+import { traced } from "../Kernel/Spans.js"
 import * as KeySecrets from "./KeySecrets.js"
 import { PlatformRepo } from "./Repo.js"
 
@@ -63,7 +64,7 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
           kind: row.kind,
           actor: { type: "api_key", id: row.id }
         } satisfies Principal
-      }).pipe(Effect.withSpan("Auth.authenticate"))
+      }).pipe(traced("Auth.authenticate"))
 
     // Keys whose failed authentication this process audited lately (key id -> when), oldest first:
     // a flood of one refused key costs no write until the minute is over (D20).
@@ -92,7 +93,7 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
         audited.set(row.id, now)
         if (!(yield* repo.claimFailureAudit(row.id, new Date(now), FAILURE_AUDIT_SECONDS))) return undefined
         return { keyId: row.id, tenantId: row.tenant_id, environment: row.environment }
-      }).pipe(Effect.orDie, Effect.withSpan("Auth.refusedKey"))
+      }).pipe(Effect.orDie, traced("Auth.refusedKey"))
 
     return { authenticate, refusedKey } as const
   }),

@@ -12,6 +12,7 @@ import { Cause, Clock, Effect, Exit, Schedule } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { makeId } from "../Kernel/Ids.js"
+import { traced } from "../Kernel/Spans.js"
 import { WebhooksRepo } from "../Webhooks/Repo.js"
 import { PurgeRepo } from "./PurgeRepo.js"
 import { type DeletionJobRow, toDeletionJob } from "./Rows.js"
@@ -90,7 +91,7 @@ export class Deletions extends Effect.Service<Deletions>()("Deletions", {
       while (yield* runOne) n++
       yield* sweepTombstones
       return n
-    }).pipe(Effect.orDie, Effect.withSpan("Deletions.runDue"))
+    }).pipe(Effect.orDie, traced("Deletions.runDue"))
 
     yield* runDue.pipe(
       Effect.catchAllCause((cause) => Effect.logError("deletion worker failed", cause)),

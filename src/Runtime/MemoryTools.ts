@@ -11,6 +11,7 @@ import { Effect } from "effect"
 
 import type { MemoryToolName } from "../Domain/Memory.js"
 import { Trigger } from "../Domain/RunState.js"
+import { traced } from "../Kernel/Spans.js"
 import { Memory, type ToolAnswer } from "../Memory.js"
 import type { Commit, UsageRecordInput } from "../Runs/RunStore.js"
 import type { Next, ProposedCall, ToolCallEnv } from "./ToolCalls.js"
@@ -53,7 +54,7 @@ export const resolveMemoryTool = (env: ToolCallEnv, call: ProposedCall & { reado
       call.input,
       (answer) => env.commit(answerOf(answer))
     ).pipe(
-      Effect.withSpan("tool.call", {
+      traced("tool.call", {
         attributes: { "tool.name": call.name, "tool.builtin": true, "run.id": row.id, "tool_call.id": call.call_id }
       })
     )

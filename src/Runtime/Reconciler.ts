@@ -11,6 +11,7 @@ import { Cells } from "../Cells/Cells.js"
 import { GetGeneration } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
+import { traced } from "../Kernel/Spans.js"
 import { RunStore } from "../Runs/RunStore.js"
 import { reconciliationUrl, Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
@@ -69,7 +70,7 @@ export const reconcileDue = Effect.gen(function*() {
     if (Either.isLeft(receipt)) yield* Effect.logWarning("reconciliation receipt refused", { operation_id: op.id })
   }
   return due.length
-}).pipe(Effect.withSpan("Reconciler.reconcileDue"))
+}).pipe(traced("Reconciler.reconcileDue"))
 
 /** The background loop (one per process; every replica may run it: settling is idempotent). */
 export const ReconcilerLive = Layer.scopedDiscard(

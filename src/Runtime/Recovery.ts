@@ -17,6 +17,7 @@ import { CellEntity } from "../Cells/Entity.js"
 import { type CellId, cellKey, ResumeRuns } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { realPause } from "../Kernel/RealTime.js"
+import { traced } from "../Kernel/Spans.js"
 import { RunStore } from "../Runs/RunStore.js"
 
 /** The unfinished runs by cell: `owned` keeps only the cells whose shard this runner holds. */
@@ -52,7 +53,7 @@ export const recoverRuns = resume(false).pipe(
       ? Effect.logInfo(`recovered ${open.reduce((n, c) => n + c.runIds.length, 0)} unfinished run(s) in ${open.length} cell(s)`)
       : Effect.void
   ),
-  Effect.withSpan("Recovery.recoverRuns")
+  traced("Recovery.recoverRuns")
 )
 
 /** One pass of the sweep over the cells this node owns. */

@@ -27,6 +27,7 @@ import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { sharedBy, Shares } from "../Kernel/Shares.js"
+import { traced } from "../Kernel/Spans.js"
 import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import type { Authorization } from "../Platform/Repo.js"
@@ -404,5 +405,5 @@ export const run = (runId: string, options: ActorOptions) =>
     Effect.annotateLogs({ run_id: runId }),
     // The actor's span: its model calls (`model.call`), tool calls (`tool.call`) and SQL beneath it;
     // a child of the request that started the run (createRun, an approval), else a root.
-    Effect.withSpan("RunActor.run", { attributes: { "run.id": runId } })
+    traced("RunActor.run", { attributes: { "run.id": runId } })
   )

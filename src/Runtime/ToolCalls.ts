@@ -26,6 +26,7 @@ import type { ConversationItem } from "../Domain/Conversation.js"
 import { isMemoryTool } from "../Domain/Memory.js"
 import { Trigger } from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
+import { annotateSpan, traced } from "../Kernel/Spans.js"
 import type { Commit, RunRow, UsageRecordInput } from "../Runs/RunStore.js"
 import { joinUrl, reconciliationUrl } from "../Tools.js"
 import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
@@ -83,7 +84,7 @@ const OUTCOMES = { Ok: "ok", Rejected: "rejected", NotSent: "not_sent", Ambiguou
 
 /** A call's outcome on its span (the HTTP status when the tool answered); never its input or output. */
 const annotateOutcome = (outcome: CallOutcome) =>
-  Effect.annotateCurrentSpan({
+  annotateSpan({
     "tool.outcome": OUTCOMES[outcome._tag],
     ...("status" in outcome ? { "http.response.status_code": outcome.status } : {})
   })
@@ -135,7 +136,7 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     const dispatch = (operationId: string) =>
       invoker.invoke(url, body, context(operationId)).pipe(
         Effect.tap(annotateOutcome),
-        Effect.withSpan("tool.call", {
+        traced("tool.call", {
           attributes: {
             "tool.name": tool.name,
             "tool.id": tool.id,
@@ -351,10 +352,8 @@ export const reconcileOnce = (
         return { _tag: "Unknown", message: `unknown reconciliation status ${JSON.stringify(body.status)}` }
     }
   }).pipe(
-    Effect.tap((answer) =>
-      Effect.annotateCurrentSpan("tool.reconciled", answer._tag === "Settled" ? answer.status : answer._tag.toLowerCase())
-    ),
-    Effect.withSpan("tool.reconcile", {
+    Effect.tap((answer) => annotateSpan({ "tool.reconciled": answer._tag === "Settled" ? answer.status : answer._tag.toLowerCase() })),
+    traced("tool.reconcile", {
       attributes: { "tool.id": context.toolId, "run.id": context.runId, "operation.id": operationId }
     })
   )

@@ -19,6 +19,7 @@ import { request } from "undici"
 import { AppConfig } from "../Config/AppConfig.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { sharedBy, Shares } from "../Kernel/Shares.js"
+import { traced } from "../Kernel/Spans.js"
 import { Destinations } from "../Outbound/Destinations.js"
 import { inputDigest, SigningKeys } from "./Signing.js"
 
@@ -133,7 +134,7 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
           })
         )
         return yield* callOut(attempt)
-      }).pipe(Effect.withSpan("Invoker.call", { attributes: { method, url, tool_id: ctx.toolId } }))
+      }).pipe(traced("Invoker.call", { attributes: { method, url, tool_id: ctx.toolId } }))
 
     return {
       /** The invocation: the exact bytes of `body` are sent and digested. */

@@ -13,6 +13,7 @@ import { type Dispatcher, request } from "undici"
 
 import { DELIVERY_TIMEOUT, type WebhookAttempt } from "../Domain/Webhooks.js"
 import { toIso } from "../Kernel/Ids.js"
+import { traced } from "../Kernel/Spans.js"
 
 export interface Message {
   readonly url: string
@@ -77,4 +78,4 @@ export const send = (dispatcher: Dispatcher, message: Message): Effect.Effect<{ 
       }
     }
     return { ok: false, attempt: attempt(status, `the endpoint answered ${status}`) }
-  }).pipe(Effect.withSpan("Webhooks.send", { attributes: { "webhook.id": message.id } }))
+  }).pipe(traced("Webhooks.send", { attributes: { "webhook.id": message.id } }))
