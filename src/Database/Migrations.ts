@@ -33,6 +33,7 @@ import webhookEvents from "./migrations/0024_webhook_events.js"
 import environmentLimits from "./migrations/0025_environment_limits.js"
 import keyFailureAudits from "./migrations/0027_key_failure_audits.js"
 import cellWeights from "./migrations/0028_cell_weights.js"
+import eventNotes from "./migrations/0029_event_notes.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -64,7 +65,8 @@ export const loader = Migrator.fromRecord({
   "0024_webhook_events": webhookEvents,
   "0025_environment_limits": environmentLimits,
   "0027_key_failure_audits": keyFailureAudits,
-  "0028_cell_weights": cellWeights
+  "0028_cell_weights": cellWeights,
+  "0029_event_notes": eventNotes
 })
 
 const migrate = Migrator.make({})

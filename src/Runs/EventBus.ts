@@ -1,9 +1,10 @@
 /**
  * Fan-out of committed run events to this process's streams and waiters.
  *
- * Every insert into `run_events` notifies channel `run_events` (a trigger; Postgres delivers it at
+ * Every statement that inserts into `run_events` notifies channel `run_events` once, with the
+ * notes of the events it wrote (a statement-level trigger, migration 0029; Postgres delivers it at
  * commit), so nothing is announced before it is durable, whichever process or node committed it.
- * One LISTEN connection per process; a notification carries the event when it fits in a NOTIFY
+ * One LISTEN connection per process; a notification carries the events when they fit in a NOTIFY
  * payload (else the event is read once from the database, only if someone here follows that
  * run), and is handed to each subscriber: offered to its bounded queue (`subscribe`: waiters), or
  * given to its listener (`listen`: SSE streams, which are not fibers). Subscribers never
@@ -35,17 +36,12 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
     /** Per run, its listeners: a waiter's queue, or an SSE stream. */
     const subscribers = new Listeners<string, BusListener>()
 
-    const deliver = (payload: string) => {
-      let note: { run_id?: unknown; sequence?: unknown; event?: any }
-      try {
-        note = JSON.parse(payload)
-      } catch {
-        return Effect.void
-      }
+    /** One event's note: its row handed to the run's listeners (read first when it did not travel in the note). */
+    const deliverNote = (note: { run_id?: unknown; sequence?: unknown; event?: any }) => {
       const { event, run_id: runId, sequence } = note
       if (typeof runId !== "string" || typeof sequence !== "number") return Effect.void
       if (!subscribers.has(runId)) return Effect.void
-      // The event travels in the notification when it fits (migration 0006); else it is read.
+      // The event travels in the notification when it fits (migrations 0006, 0029); else it is read.
       const row: Effect.Effect<EventRow | undefined, unknown> = event
         ? Effect.succeed({
           id: event.id,
@@ -69,6 +65,24 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           )
         )
       )
+    }
+
+    /**
+     * A notification: the notes of the events one statement wrote (`{"events": [...]}`, migration
+     * 0029), or one event's note (before it).
+     */
+    const deliver = (payload: string) => {
+      let notice: { events?: unknown; run_id?: unknown; sequence?: unknown; event?: any }
+      try {
+        notice = JSON.parse(payload)
+      } catch {
+        return Effect.void
+      }
+      if (!Array.isArray(notice.events)) return deliverNote(notice)
+      const notes = notice.events as ReadonlyArray<{ run_id?: unknown; sequence?: unknown; event?: any }>
+      // nobody here follows any of these runs: nothing to do (the usual case on a busy node)
+      if (!notes.some((n) => typeof n?.run_id === "string" && subscribers.has(n.run_id))) return Effect.void
+      return Effect.forEach(notes, (n) => (n === null || typeof n !== "object" ? Effect.void : deliverNote(n)), { discard: true })
     }
 
     /** LISTEN is active again (or for the first time): every listener reads what it may have missed. */
