@@ -71,14 +71,34 @@ export const shareWaiting = Metric.gauge("share_waiting", {
 
 export const shareCapacity = Metric.gauge("share_capacity", { description: "Units of a node resource granted at once, by resource" })
 
+/**
+ * Tagged metrics resolved once per label set (issue 37): `Metric.tagged` makes a new metric key
+ * (its labels hashed and formatted) at each call, so the hot ones are made once and kept, and
+ * updated directly (no metric labels are set on fibers here). The label sets are bounded (an
+ * operation, a method, a status; an event type; two statuses; a share's resource, and its cell when
+ * the operator turned cell labels on).
+ */
+const resolvedOnce = <M>(make: (labels: ReadonlyArray<string>) => M) => {
+  const made = new Map<string, M>()
+  return (...labels: ReadonlyArray<string>): M => {
+    const key = labels.join("\u0000")
+    let metric = made.get(key)
+    if (metric === undefined) {
+      metric = make(labels)
+      made.set(key, metric)
+    }
+    return metric
+  }
+}
+
 /** One grant of a share (recorded at once: the database pool grants outside any fiber). */
 export const recordShareWait = (resource: string, cell: string | undefined, waitedMillis: number): void =>
-  shareWait.unsafeUpdate(
-    waitedMillis / 1000,
-    cell === undefined
-      ? [MetricLabel.make("resource", resource)]
-      : [MetricLabel.make("resource", resource), MetricLabel.make("cell", cell)]
-  )
+  (cell === undefined ? shareWaitBy(resource) : shareWaitOfCell(resource, cell)).unsafeUpdate(waitedMillis / 1000, [])
+
+const shareWaitBy = resolvedOnce(([resource]) => Metric.tagged(shareWait, "resource", resource!))
+const shareWaitOfCell = resolvedOnce(([resource, cell]) =>
+  Metric.taggedWithLabels(shareWait, [MetricLabel.make("resource", resource!), MetricLabel.make("cell", cell!)])
+)
 
 /** The shares as they are at a scrape. */
 export const recordShares = (
@@ -117,40 +137,41 @@ export const recordPool = (
     Metric.set(dbPoolMax, stats.max)
   ], { discard: true })
 
+const requestsBy = resolvedOnce(([operation, method, status]) =>
+  Metric.taggedWithLabels(httpRequestsTotal, [
+    MetricLabel.make("operation", operation!),
+    MetricLabel.make("method", method!),
+    MetricLabel.make("status", status!)
+  ])
+)
+const durationBy = resolvedOnce(([operation]) => Metric.tagged(httpRequestDuration, "operation", operation!))
+const eventsBy = resolvedOnce(([type]) => Metric.tagged(runEventsTotal, "type", type!))
+const transitionsBy = resolvedOnce(([from, to]) =>
+  Metric.taggedWithLabels(runTransitionsTotal, [MetricLabel.make("from", from!), MetricLabel.make("to", to!)])
+)
+
 /** One answered request. */
 export const recordRequest = (operation: string, method: string, status: number, seconds: number): Effect.Effect<void> =>
-  Effect.zipRight(
-    Metric.increment(
-      Metric.taggedWithLabels(httpRequestsTotal, [
-        MetricLabel.make("operation", operation),
-        MetricLabel.make("method", method),
-        MetricLabel.make("status", String(status))
-      ])
-    ),
-    Metric.update(Metric.tagged(httpRequestDuration, "operation", operation), seconds)
-  )
+  Effect.sync(() => {
+    requestsBy(operation, method, String(status)).unsafeUpdate(1, [])
+    durationBy(operation).unsafeUpdate(seconds, [])
+  })
 
 /** A committed run change: its events in order, and the status changes they report. */
 export const recordRunCommit = (
   from: string,
   events: ReadonlyArray<{ readonly type: string; readonly data: Record<string, unknown> }>
 ): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const updates: Array<Effect.Effect<void>> = []
+  Effect.sync(() => {
     let status = from
     for (const e of events) {
-      updates.push(Metric.increment(Metric.tagged(runEventsTotal, "type", e.type)))
+      eventsBy(e.type).unsafeUpdate(1, [])
       const to = e.data["status"]
       if (typeof to === "string" && to !== status) {
-        updates.push(
-          Metric.increment(
-            Metric.taggedWithLabels(runTransitionsTotal, [MetricLabel.make("from", status), MetricLabel.make("to", to)])
-          )
-        )
+        transitionsBy(status, to).unsafeUpdate(1, [])
         status = to
       }
     }
-    return Effect.all(updates, { discard: true })
   })
 
 /** Counts `effect` in `gauge` while it runs (a cell's life, a run actor's). */
