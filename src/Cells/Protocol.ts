@@ -1,11 +1,13 @@
 /**
- * The cell's message interface: commands in, replies out. Handlers talk to a cell only through
- * `Cells.send(cellId, command)`, so cells can later become @effect/cluster entities (sharded over
- * nodes) without rewriting callers. Commands and replies are schemas for that reason.
+ * The cell's message interface: commands in, replies out, as one `RpcGroup` (`CellRpcs`, below):
+ * each command a schema (its payload) with its reply's schema. The cluster entity is made from
+ * the group (src/Cells/Entity.ts), and the commands' and replies' types are derived from it.
+ * Handlers talk to a cell only through `Cells.send(cellId, command)`.
  */
+import { Rpc, RpcGroup } from "@effect/rpc"
 import { Schema } from "effect"
 
-import { type QuotaLimits } from "../Domain/Quotas.js"
+import { QuotaLimits } from "../Domain/Quotas.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 
 export const CellId = Schema.Struct({ tenantId: Schema.String, environment: EnvironmentName })
@@ -85,32 +87,24 @@ export const CellStats = Schema.Struct({
 })
 export type CellStats = typeof CellStats.Type
 
-export const CellCommand = Schema.Union(
-  AdmitRequest,
-  GetGeneration,
-  StartRun,
-  ResumeRuns,
-  CancelRun,
-  EndRuns,
-  OpenStream,
-  CloseStream,
-  GetQuotaLimits,
-  ReloadQuotaLimits,
-  GetCellStats
+/** The protocol: one RPC per command, its payload the command's schema, its success the reply's. */
+export const CellRpcs = RpcGroup.make(
+  Rpc.make("AdmitRequest", { payload: AdmitRequest, success: RateLimitReply }),
+  Rpc.make("GetGeneration", { payload: GetGeneration, success: Schema.Number }),
+  Rpc.make("StartRun", { payload: StartRun }),
+  Rpc.make("ResumeRuns", { payload: ResumeRuns }),
+  Rpc.make("CancelRun", { payload: CancelRun }),
+  Rpc.make("EndRuns", { payload: EndRuns }),
+  Rpc.make("OpenStream", { payload: OpenStream, success: OpenStreamReply }),
+  Rpc.make("CloseStream", { payload: CloseStream }),
+  Rpc.make("GetQuotaLimits", { payload: GetQuotaLimits, success: QuotaLimits }),
+  Rpc.make("ReloadQuotaLimits", { payload: ReloadQuotaLimits }),
+  Rpc.make("GetCellStats", { payload: GetCellStats, success: CellStats })
 )
-export type CellCommand = typeof CellCommand.Type
+type CellRpc = RpcGroup.Rpcs<typeof CellRpcs>
 
-export interface CellReplies {
-  readonly AdmitRequest: RateLimitReply
-  readonly GetGeneration: number
-  readonly StartRun: void
-  readonly ResumeRuns: void
-  readonly CancelRun: void
-  readonly EndRuns: void
-  readonly OpenStream: OpenStreamReply
-  readonly CloseStream: void
-  readonly GetQuotaLimits: QuotaLimits
-  readonly ReloadQuotaLimits: void
-  readonly GetCellStats: CellStats
-}
-export type ReplyOf<C extends CellCommand> = CellReplies[C["_tag"]]
+/** A command of the protocol (the payload of one of its RPCs). */
+export type CellCommand = Rpc.Payload<CellRpc>
+
+/** What the cell replies to command `C` (its RPC's success). */
+export type ReplyOf<C extends CellCommand> = Rpc.Success<Rpc.ExtractTag<CellRpc, C["_tag"]>>
