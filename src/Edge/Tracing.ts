@@ -11,7 +11,7 @@
  * SQL statements, model calls and tool calls made for the request are its descendants.
  */
 import { Headers, HttpMiddleware, HttpServerRequest } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Effect, FiberRef, Layer } from "effect"
 
 import { annotateSpan } from "../Kernel/Spans.js"
 import { methodLabel, requestOperation } from "./Metrics.js"
@@ -29,6 +29,8 @@ export const requestSpanName = (request: HttpServerRequest.HttpServerRequest): s
 /** Annotates the request's span with its operation, route and tenant. */
 export const requestSpanAttributes = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
+    // no tracer, no span to annotate: nothing to compute
+    if (!(yield* FiberRef.get(FiberRef.currentTracerEnabled))) return yield* app
     const request = yield* HttpServerRequest.HttpServerRequest
     const { operation, params } = requestOperation(request)
     const route = TEMPLATES.get(operation)
