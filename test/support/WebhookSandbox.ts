@@ -22,13 +22,17 @@ export const HELLO = [{ type: "text", text: "Hello {{input}}" }]
 /**
  * The app's settings for these suites: receivers on 127.0.0.1 are allowed destinations; background
  * loops wake hourly, and the delivery worker's fallback poll daily (notifications and due times
- * wake it), so TestClock jumps of hours stay a few wake-ups.
+ * wake it), so TestClock jumps of hours stay a few wake-ups. The cell's rate limit refills on the
+ * test's Clock, which stands still while these suites poll the API (up to 300 probes of a
+ * `waitFor`): its burst is raised so that polling a slow machine is not a 429 (these suites do not
+ * test the limiter; Conventions.Envelopes does).
  */
 export const webhookSettings = (webhooks: Partial<WebhookConfig> = {}): Partial<AppConfigShape> => ({
   tools: { ...defaultToolConfig, destinationAllowlist: "127.0.0.1/32", reconcileRetrySeconds: 86_400 },
   webhooks: { ...defaultWebhookConfig, pollSeconds: 86_400, ...webhooks },
   sweepIntervalSeconds: 3600,
-  cellIdleTimeoutSeconds: 3600
+  cellIdleTimeoutSeconds: 3600,
+  rateLimit: { ratePerSecond: 60, burst: 100_000 }
 })
 
 export const webhookSandbox = (steps: ReadonlyArray<Record<string, unknown>> = HELLO) =>
