@@ -6,7 +6,7 @@
  */
 import { Context, Data, Effect, Option } from "effect"
 
-import type { CellCommand, CellId, ReplyOf } from "./Protocol.js"
+import type { CellId, CellTag, Command, Reply } from "./Protocol.js"
 
 /**
  * The cell could not be reached in time (its node died and it is moving to another, or the
@@ -20,9 +20,9 @@ export class CellUnavailable extends Data.TaggedError("CellUnavailable")<{
 
 export interface CellsShape {
   /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
-  readonly send: <C extends CellCommand>(id: CellId, command: C) => Effect.Effect<ReplyOf<C>>
+  readonly send: <K extends CellTag>(id: CellId, command: Command<K>) => Effect.Effect<Reply<K>>
   /** Like `send`, to a cell that is running (on any node) only: none when it is not (nothing is started). */
-  readonly sendIfRunning: <C extends CellCommand>(id: CellId, command: C) => Effect.Effect<Option.Option<ReplyOf<C>>>
+  readonly sendIfRunning: <K extends CellTag>(id: CellId, command: Command<K>) => Effect.Effect<Option.Option<Reply<K>>>
   /** Cells running on this node. */
   readonly activeCount: Effect.Effect<number>
 }
@@ -34,7 +34,7 @@ export class Cells extends Context.Tag("Cells")<Cells, CellsShape>() {}
  * starting a committed run's actor: if the cell cannot be reached now, the command is logged and
  * dropped, since the cell's next start (on whichever node) resumes every unfinished run.
  */
-export const tell = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<void, never, Cells> =>
+export const tell = <K extends CellTag>(id: CellId, command: Command<K>): Effect.Effect<void, never, Cells> =>
   Effect.flatMap(Cells, (cells) => cells.send(id, command)).pipe(
     Effect.asVoid,
     Effect.catchSomeDefect((defect) =>

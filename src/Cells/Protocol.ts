@@ -1,11 +1,12 @@
 /**
  * The cell's message interface: commands in, replies out, as one `RpcGroup` (`CellRpcs`, below):
  * each command a schema (its payload) with its reply's schema. The cluster entity is made from
- * the group (src/Cells/Entity.ts), and the commands' and replies' types are derived from it.
+ * the group (src/Cells/Entity.ts), and the commands' and replies' types are derived from it, as is
+ * `CellHandlers`, the cell's behaviour (one handler per RPC, src/Runtime/Cell.ts).
  * Handlers talk to a cell only through `Cells.send(cellId, command)`.
  */
 import { Rpc, RpcGroup } from "@effect/rpc"
-import { Schema } from "effect"
+import { type Effect, Schema } from "effect"
 
 import { QuotaLimits } from "../Domain/Quotas.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
@@ -106,5 +107,26 @@ type CellRpc = RpcGroup.Rpcs<typeof CellRpcs>
 /** A command of the protocol (the payload of one of its RPCs). */
 export type CellCommand = Rpc.Payload<CellRpc>
 
-/** What the cell replies to command `C` (its RPC's success). */
-export type ReplyOf<C extends CellCommand> = Rpc.Success<Rpc.ExtractTag<CellRpc, C["_tag"]>>
+/** The commands' names (the RPCs' tags). */
+export type CellTag = CellRpc["_tag"]
+
+/**
+ * The command named `K` (its RPC's payload). Its `_tag` is stated as `K` too, so that `K` is
+ * inferred from a command (`send(id, new StartRun(...))`: `K` is "StartRun").
+ */
+export type Command<K extends CellTag> = Rpc.Payload<Rpc.ExtractTag<CellRpc, K>> & { readonly _tag: K }
+
+/** What the cell replies to the command named `K` (its RPC's success). */
+export type Reply<K extends CellTag> = Rpc.Success<Rpc.ExtractTag<CellRpc, K>>
+
+/**
+ * The cell's behaviour: a handler per RPC of the group, from its command to its reply
+ * (src/Runtime/Cell.ts implements it; the entity and the local shortcut both call it).
+ */
+export type CellHandlers = { readonly [K in CellTag]: (command: Command<K>) => Effect.Effect<Reply<K>> }
+
+/** Calls the handler of a command: `handlers[command._tag](command)`, typed by its name. */
+export const dispatch = <K extends CellTag>(handlers: CellHandlers, command: Command<K>): Effect.Effect<Reply<K>> => {
+  const tag: K = command._tag
+  return handlers[tag](command)
+}

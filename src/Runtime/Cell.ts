@@ -2,12 +2,21 @@
  * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter, its quota
  * limits, its generation, its run actors (a FiberMap keyed by run id, each supervised: a defect restarts that
  * actor from the database with backoff, never the cell), its execution slots and its SSE stream
- * counts. Commands are processed through `handle`; everything the cell owns is released (actors
+ * counts. Commands are processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
 import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
 
-import { type CellCommand, type CellId, cellKey, type OpenStreamReply, type ReplyOf } from "../Cells/Protocol.js"
+import {
+  type CellHandlers,
+  type CellId,
+  cellKey,
+  type CellTag,
+  type Command,
+  dispatch,
+  type OpenStreamReply,
+  type Reply
+} from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
 import { CurrentShare } from "../Kernel/FairShare.js"
@@ -19,7 +28,10 @@ import type { ActorOptions } from "./RunActor.js"
 export interface Cell {
   readonly id: CellId
   readonly generation: number
-  readonly handle: <C extends CellCommand>(command: C) => Effect.Effect<ReplyOf<C>>
+  /** The cell's behaviour: a handler per command of the protocol. */
+  readonly handlers: CellHandlers
+  /** Calls the handler of `command`. */
+  readonly handle: <K extends CellTag>(command: Command<K>) => Effect.Effect<Reply<K>>
 }
 
 export interface CellOptions {
@@ -148,44 +160,31 @@ export const make = (id: CellId, options: CellOptions) =>
       if (mine > 0) streams.total--
     }
 
-    const handle = <C extends CellCommand>(command: C): Effect.Effect<ReplyOf<C>> => {
-      const reply: Effect.Effect<unknown> = (() => {
-        switch (command._tag) {
-          case "AdmitRequest":
-            return Effect.map(limiter.take, (d) => ({ ...d, policy, state: RateLimiter.stateHeader(d) }))
-          case "GetGeneration":
-            return Effect.succeed(generation)
-          case "StartRun":
-            return Effect.zipRight(Effect.sync(() => alarms.delete(command.runId)), startActor(command.runId))
-          case "ResumeRuns":
-            return Effect.forEach(command.runIds, (runId) => alarms.has(runId) ? Effect.void : startActor(runId), { discard: true })
-          case "CancelRun":
-            return Effect.zipRight(FiberMap.remove(actors, command.runId), options.completeCancel(command.runId, generation))
-          case "EndRuns":
-            return Effect.gen(function*() {
-              alarms.clear()
-              yield* FiberMap.clear(actors)
-              for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
-            })
-          case "OpenStream":
-            return Effect.tap(Effect.sync(() => openStream(command.actorId)), (reply) => reply.opened ? holdAlive : Effect.void)
-          case "CloseStream":
-            return Effect.sync(() => closeStream(command.actorId))
-          case "GetQuotaLimits":
-            return Ref.get(quotaLimits)
-          case "ReloadQuotaLimits":
-            return Effect.flatMap(options.quotaLimits(id), (limits) => Ref.set(quotaLimits, limits))
-          case "GetCellStats":
-            return Effect.map(FiberMap.size(actors), (running) => ({
-              generation,
-              running_actors: running,
-              parked_runs: alarms.size,
-              streams: streams.total
-            }))
-        }
-      })()
-      return reply as Effect.Effect<ReplyOf<C>>
+    const handlers: CellHandlers = {
+      AdmitRequest: () => Effect.map(limiter.take, (d) => ({ ...d, policy, state: RateLimiter.stateHeader(d) })),
+      GetGeneration: () => Effect.succeed(generation),
+      StartRun: ({ runId }) => Effect.zipRight(Effect.sync(() => alarms.delete(runId)), startActor(runId)),
+      ResumeRuns: ({ runIds }) => Effect.forEach(runIds, (runId) => alarms.has(runId) ? Effect.void : startActor(runId), { discard: true }),
+      CancelRun: ({ runId }) => Effect.zipRight(FiberMap.remove(actors, runId), options.completeCancel(runId, generation)),
+      EndRuns: () =>
+        Effect.gen(function*() {
+          alarms.clear()
+          yield* FiberMap.clear(actors)
+          for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
+        }),
+      OpenStream: ({ actorId }) => Effect.tap(Effect.sync(() => openStream(actorId)), (reply) => reply.opened ? holdAlive : Effect.void),
+      CloseStream: ({ actorId }) => Effect.sync(() => closeStream(actorId)),
+      GetQuotaLimits: () => Ref.get(quotaLimits),
+      ReloadQuotaLimits: () => Effect.flatMap(options.quotaLimits(id), (limits) => Ref.set(quotaLimits, limits)),
+      GetCellStats: () =>
+        Effect.map(FiberMap.size(actors), (running) => ({
+          generation,
+          running_actors: running,
+          parked_runs: alarms.size,
+          streams: streams.total
+        }))
     }
+    const handle = <K extends CellTag>(command: Command<K>) => dispatch(handlers, command)
     yield* Effect.logDebug("cell restored").pipe(Effect.annotateLogs({ cell: cellLabel, generation }))
-    return { id, generation, handle } satisfies Cell
+    return { id, generation, handlers, handle } satisfies Cell
   })

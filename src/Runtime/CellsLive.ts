@@ -11,14 +11,15 @@
  * so the cluster sees the cell in use.
  */
 import { Entity, Sharding } from "@effect/cluster"
-import { Cause, Clock, Context, Duration, Effect, Either, Layer, Option } from "effect"
+import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
+import { Cause, Clock, Context, Duration, Effect, Either, Layer, Option, Record } from "effect"
 
 import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
 import { Cells, type CellsShape, CellUnavailable } from "../Cells/Cells.js"
 import { CellEntity } from "../Cells/Entity.js"
 import { ClusterNode, PlacementsRepo } from "../Cells/Placements.js"
-import { type CellCommand, type CellId, cellKey, type ReplyOf } from "../Cells/Protocol.js"
+import { type CellId, cellKey, type CellTag, type Command, type Reply } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
@@ -49,6 +50,14 @@ const realClock = Clock.make()
 
 /** Defects of the transport between runners: the cell's runner is gone (the cell is moving). */
 const TRANSPORT_ERRORS = new Set(["SocketError", "RpcClientError", "SocketGenericError", "SocketCloseError"])
+
+/**
+ * The cluster's client of one cell, seen per command name (the client's type, written as a mapped
+ * type over the names so that `client[tag](command)` is typed by the command's name).
+ */
+type CellClient = {
+  readonly [K in CellTag]: (command: Command<K>) => Effect.Effect<Reply<K>, MailboxFull | AlreadyProcessingMessage | PersistenceError>
+}
 
 interface Local {
   readonly cell: Cell.Cell
@@ -133,23 +142,13 @@ const make = Effect.gen(function*() {
         )
       )
       yield* Effect.ignoreLogged(placements.placed(id, node.address, cell.generation))
-      const handle = <C extends CellCommand>(request: { readonly payload: C }) => {
+      // The entity's handlers: for each of the cell's, a command that came through the cluster is
+      // noted (routedAt), then handled by the cell on the clock of whoever built the service.
+      const routedHere = <K extends CellTag>(request: { readonly payload: Command<K> }) => {
         entry.routedAt = Date.now()
         return Effect.withClock(cell.handle(request.payload), clock)
       }
-      return CellEntity.of({
-        AdmitRequest: handle,
-        GetGeneration: handle,
-        StartRun: handle,
-        ResumeRuns: handle,
-        CancelRun: handle,
-        EndRuns: handle,
-        OpenStream: handle,
-        CloseStream: handle,
-        GetQuotaLimits: handle,
-        ReloadQuotaLimits: handle,
-        GetCellStats: handle
-      })
+      return CellEntity.of(Record.map(cell.handlers, () => routedHere))
     }),
     { concurrency: "unbounded", disableFatalDefects: true }
   ).pipe(Effect.withClock(realClock)) // the entity manager's own loops run on the real clock
@@ -157,12 +156,12 @@ const make = Effect.gen(function*() {
   const client = yield* sharding.makeClient(CellEntity).pipe(Effect.withClock(realClock))
 
   /** Through the cluster, to whichever runner owns the cell; 503 if it cannot be reached in time. */
-  const routed = <C extends CellCommand>(key: string, command: C): Effect.Effect<ReplyOf<C>> =>
-    ((client(key) as any)[command._tag](command) as Effect.Effect<ReplyOf<C>, unknown>).pipe(
+  const routed = <K extends CellTag>(key: string, command: Command<K>): Effect.Effect<Reply<K>> => {
+    const cell: CellClient = client(key)
+    const tag: K = command._tag
+    return cell[tag](command).pipe(
       Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => "timed out" }),
-      Effect.catchAll((error) =>
-        Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : String((error as any)?._tag ?? error) }))
-      ),
+      Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
       // The cell was stopped under the request (this node is shutting down, or lost the shard):
       // the request did not reach it, and may be retried on another node.
       // The runner that owned it died under the request (its socket): it moves.
@@ -175,16 +174,17 @@ const make = Effect.gen(function*() {
       }),
       Effect.withClock(realClock)
     )
+  }
 
   /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
-  const send = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<ReplyOf<C>> => {
+  const send = <K extends CellTag>(id: CellId, command: Command<K>): Effect.Effect<Reply<K>> => {
     const key = cellKey(id)
     const here = local.get(key)
     return here !== undefined && Date.now() - here.routedAt < idleMs / 4 ? here.cell.handle(command) : routed(key, command)
   }
 
   /** Like `send`, to a cell that is running (on any node) only: none when it is not (nothing is started). */
-  const sendIfRunning = <C extends CellCommand>(id: CellId, command: C): Effect.Effect<Option.Option<ReplyOf<C>>> =>
+  const sendIfRunning = <K extends CellTag>(id: CellId, command: Command<K>): Effect.Effect<Option.Option<Reply<K>>> =>
     local.has(cellKey(id))
       ? Effect.asSome(send(id, command))
       : Effect.flatMap(
