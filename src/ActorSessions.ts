@@ -10,7 +10,7 @@
 import { createHash, randomBytes } from "node:crypto"
 
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, FiberRef } from "effect"
+import { Clock, Effect } from "effect"
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type JSONWebKeySet, jwtVerify, type JWTVerifyGetKey } from "jose"
 import { type Dispatcher, fetch as undiciFetch } from "undici"
 
@@ -21,8 +21,8 @@ import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { conflict, forbidden, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { currentRequest } from "./Kernel/RequestContext.js"
 import { sharedBy, Shares } from "./Kernel/Shares.js"
+import { actingUser } from "./Kernel/UnitOfWork.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 
@@ -173,7 +173,7 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
           return yield* forbidden("actor_required", "This action needs a user: send an actor token in X-Actor-Token")
         }
         // the pipeline resolved this request's token already (for the idempotency scope)
-        const resolved = (yield* FiberRef.get(currentRequest)).actingUser
+        const resolved = yield* actingUser
         if (resolved !== undefined) return resolved satisfies Actor
         const at = yield* now
         const row = yield* repo.userOfToken(p, hashToken(token), at)

@@ -17,7 +17,7 @@ import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, notFound } from "./Kernel/Errors.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { afterCommit } from "./Kernel/RequestContext.js"
+import { afterCommit } from "./Kernel/UnitOfWork.js"
 import { type Commit, RunStore } from "./Runs/RunStore.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {

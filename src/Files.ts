@@ -23,8 +23,8 @@ import { forbidden, invalid, notFound, RangeNotSatisfiable } from "./Kernel/Erro
 import { CurrentShare, NODE_KEY } from "./Kernel/FairShare.js"
 import { makeId } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { setResponseHeader } from "./Kernel/RequestContext.js"
 import { asCell, sharedBy, Shares } from "./Kernel/Shares.js"
+import { setResponseHeader } from "./Kernel/UnitOfWork.js"
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 

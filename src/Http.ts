@@ -25,6 +25,7 @@ import { cellLanes, pipeline } from "./Edge/Pipeline.js"
 import { ROUTES } from "./Edge/Routes.js"
 import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
+import { UnitOfWorkLive } from "./Edge/UnitOfWork.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive, OperatorSettingsLive } from "./EnvironmentSettings/Http.js"
 import { Files } from "./Files.js"
@@ -135,7 +136,13 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default
-).pipe(Layer.provideMerge(CellsLive), Layer.provideMerge(ClusterLive), Layer.provideMerge(RunStoreSql))
+).pipe(
+  Layer.provideMerge(CellsLive),
+  Layer.provideMerge(ClusterLive),
+  Layer.provideMerge(RunStoreSql),
+  // what a request may do to its answer and transaction (src/Kernel/UnitOfWork.ts), for every service
+  Layer.provideMerge(UnitOfWorkLive)
+)
 
 /**
  * `/docs` (Scalar): bearer authentication with a service key preselected, so "Test request" sends

@@ -13,7 +13,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Data, Effect, FiberRef, ParseResult, Schema } from "effect"
+import { Clock, Data, Effect, ParseResult, Schema } from "effect"
 
 import { Agents } from "./Agents.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -31,7 +31,7 @@ import {
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
-import { currentRequest } from "./Kernel/RequestContext.js"
+import { actingUser } from "./Kernel/UnitOfWork.js"
 import { MemoryRepo, type MemoryRow, type Place, toItem, type Write } from "./Memory/Repo.js"
 import { quotaExceeded, quotaMessage } from "./Quotas/Exceeded.js"
 
@@ -63,8 +63,7 @@ const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 const tooLarge = (bytes: number) => `The value is ${bytes} bytes as JSON; a memory value holds at most ${MAX_VALUE_BYTES} bytes (64 KiB)`
 
 /** Who a request writes as: the user of its `X-Actor-Token` (resolved by the pipeline), else its key. */
-const writerOf = (p: Principal): Effect.Effect<UpdatedBy> =>
-  Effect.map(FiberRef.get(currentRequest), (state) => state.actingUser ?? p.actor)
+const writerOf = (p: Principal) => Effect.map(actingUser, (user): UpdatedBy => user ?? p.actor)
 
 /** A tool input's first problem, as the model reads it. */
 const problemOf = (error: ParseResult.ParseError) => {

@@ -18,7 +18,7 @@ import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Error
 import { makeId } from "./Kernel/Ids.js"
 import { withinCeiling } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
-import { afterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
+import { afterCommit, setResponseHeader } from "./Kernel/UnitOfWork.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"

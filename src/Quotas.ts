@@ -13,7 +13,7 @@ import { QUOTA_NAMES, type QuotaLimits, type QuotaName, type QuotaUsed, toQuota 
 import { notFound } from "./Kernel/Errors.js"
 import type { EnvironmentName } from "./Kernel/Ids.js"
 import type { CellRef } from "./Kernel/Principal.js"
-import { afterCommit } from "./Kernel/RequestContext.js"
+import { afterCommit } from "./Kernel/UnitOfWork.js"
 import { QuotasRepo } from "./Quotas/Repo.js"
 
 export class Quotas extends Effect.Service<Quotas>()("Quotas", {

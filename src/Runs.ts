@@ -20,7 +20,7 @@ import { Files } from "./Files.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Principal } from "./Kernel/Principal.js"
-import { afterCommit, continueAfterCommit, setResponseHeader } from "./Kernel/RequestContext.js"
+import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse } from "./Kernel/UnitOfWork.js"
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas/Exceeded.js"
 import { terminalRunResponse } from "./Runs/Api.js"
@@ -156,7 +156,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         yield* setResponseHeader("location", runPath(p, run.id))
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
-          yield* continueAfterCommit(
+          yield* answerAfterCommit(
             Effect.suspend(() => events === undefined ? Effect.succeed(undefined) : awaitTerminal(events, run.id, wait)).pipe(
               Effect.flatMap((waited) =>
                 waited !== undefined && isTerminal(waited.status)
@@ -320,20 +320,22 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
      * it ended within the wait (counted from its admission), else the 202. So the 200 is not
      * written a second time after the wait (issue 20: one write transaction less per run); the
      * run's JSON is as it is now (a terminal run no longer changes), in the envelope of the first
-     * request (its `request_id`). None: replay the stored 202.
+     * request (its `request_id`). None: replay the stored answer as it is (the 202, or any other
+     * answer of createRun). The handler's reading of its replays (`inCell`'s refine).
      */
-    const waitedReplay = (stored: { readonly headers: Record<string, string>; readonly body: string }) =>
+    const waitedReplay = (stored: StoredResponse) =>
       Effect.gen(function*() {
+        if (stored.status !== 202) return Option.none<StoredResponse>()
         const wait = preferredWait(stored.headers["preference-applied"])
         let first: { data?: { id?: unknown; created_at?: unknown }; request_id?: unknown }
         try {
           first = JSON.parse(stored.body)
         } catch {
-          return Option.none<string>()
+          return Option.none<StoredResponse>()
         }
         const id = first.data?.id
         const admittedAt = typeof first.data?.created_at === "string" ? Date.parse(first.data.created_at) : NaN
-        if (wait === undefined || typeof id !== "string" || Number.isNaN(admittedAt)) return Option.none<string>()
+        if (wait === undefined || typeof id !== "string" || Number.isNaN(admittedAt)) return Option.none<StoredResponse>()
         const deadline = admittedAt + wait * 1000
         let row = Option.getOrUndefined(yield* repo.run(id))
         // Within the wait the answer is not decided yet (the first request may still be waiting, or
@@ -347,10 +349,10 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
             return yield* awaitTerminal(events, id, Math.max(0, deadline - now) / 1000)
           }))
         }
-        if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<string>()
-        if (row.completed_at.getTime() > admittedAt + wait * 1000) return Option.none<string>()
+        if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<StoredResponse>()
+        if (row.completed_at.getTime() > admittedAt + wait * 1000) return Option.none<StoredResponse>()
         const data = yield* Schema.encode(RunSchema)(Repo.toRun(row))
-        return Option.some(JSON.stringify({ data, request_id: first.request_id }))
+        return Option.some({ ...stored, status: 200, body: JSON.stringify({ data, request_id: first.request_id }) })
       }).pipe(Effect.orDie)
 
     return {

@@ -21,6 +21,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { AppConfig, defaultScheduleConfig } from "../src/Config/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Client.js"
+import { UnitOfWorkLive } from "../src/Edge/UnitOfWork.js"
 import { RunStoreSql } from "../src/Runs/Repo.js"
 import { Schedules } from "../src/Schedules.js"
 import { makeTestApp } from "./support/App.js"
@@ -80,7 +81,12 @@ const fireAndDie = (databaseUrl: string) =>
     yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dataDir, { recursive: true, force: true })))
     const config = AppConfig.defaults({ ...SETTINGS, databaseUrl: Option.some(Redacted.make(databaseUrl)), dataDir, dbPoolSize: 2 })
     const schedules = yield* Layer.build(
-      Schedules.Default.pipe(Layer.provide(RunStoreSql), Layer.provideMerge(DatabaseLive), Layer.provide(Layer.succeed(AppConfig, config)))
+      Schedules.Default.pipe(
+        Layer.provide(RunStoreSql),
+        Layer.provide(UnitOfWorkLive),
+        Layer.provideMerge(DatabaseLive),
+        Layer.provide(Layer.succeed(AppConfig, config))
+      )
     )
     return yield* Context.get(schedules, Schedules).fireNext(new Date(yield* Clock.currentTimeMillis))
   }).pipe(Effect.scoped)

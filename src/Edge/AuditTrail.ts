@@ -20,9 +20,9 @@ import { Effect } from "effect"
 
 import { Audit, type AuditRecord } from "../Audit.js"
 import type { Principal } from "../Kernel/Principal.js"
-import type { RequestState } from "../Kernel/RequestContext.js"
 import { Auth } from "../Platform/Auth.js"
 import type { Route } from "./Routes.js"
+import type { RequestState } from "./UnitOfWork.js"
 
 /** What the route of a request tells its entries. */
 export interface Trail {

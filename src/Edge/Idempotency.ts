@@ -7,9 +7,14 @@
  * once) or the effect with its response (a retry replays it), and a dead holder's lock goes with
  * its connection: no reservation outlives a process. 2xx, 404, 409 and 410 are stored for the
  * replay window; 400, 401, 403, 429, 500 and 503 roll the transaction back (safe to retry).
+ *
+ * Everything of idempotency is here: the key's form, the fingerprint, which answers are stored and
+ * in what form (secrets redacted, the headers a replay gives again), the gate a handler passes
+ * (`Gate`, reached through the `UnitOfWork` service's `gated`), storing and detaching the work.
  */
 import { createHash } from "node:crypto"
 
+import { HttpServerResponse } from "@effect/platform"
 import { Clock, Effect, Fiber, Option, Schedule } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
@@ -37,6 +42,39 @@ export const fingerprint = (method: string, path: string, body: string): string 
 
 /** Statuses whose response is stored for replay. Everything else is released (safe to retry). */
 export const isStored = (status: number): boolean => (status >= 200 && status < 300) || status === 404 || status === 409 || status === 410
+
+/** Headers a handler set that are part of the response a replay gives again (D5, D7). */
+const REPLAYED_HEADERS = ["location", "preference-applied"] as const
+
+/**
+ * The stored form of an answer (its JSON body given parsed, undefined when it is not JSON): the
+ * secret fields of its body become null (D5); the headers a replay gives again.
+ */
+export const storedForm = (
+  status: number,
+  parsed: unknown,
+  text: () => string,
+  requestId: string,
+  headers: Record<string, string>
+): StoredResponse => {
+  const body = parsed === undefined ? text() : JSON.stringify(redactSecrets(parsed))
+  const kept: Record<string, string> = { "x-request-id": requestId }
+  for (const name of REPLAYED_HEADERS) if (headers[name]) kept[name] = headers[name]
+  return { status, headers: kept, body }
+}
+
+/**
+ * A mutation's idempotency gate, passed by its handler once the request is known valid (routing,
+ * scopes, validation and tenancy are decided before it): `check` gives the stored response to
+ * replay (its headers set on `headers`, the answer's), none to execute, or 409. `outcome` says how
+ * it ended, for the pipeline: a mutation that answered 2xx without passing it is a defect.
+ */
+export interface Gate {
+  readonly check: (
+    refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+  ) => Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>, Conflict>
+  outcome: "pending" | "passed" | "replayed" | "refused"
+}
 
 /** Fields that carry a secret shown once: a key's `secret`, an actor session's `token`. */
 const SECRET_FIELDS = new Set(["secret", "token"])
@@ -114,7 +152,32 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    return { check, storing, detached, sweep } as const
+    /** The gate of the mutation of `s` with fingerprint `fp`, whose answer's headers are `headers`. */
+    const gate = (s: Scope, fp: string, headers: Record<string, string>): Gate => {
+      const made: Gate = {
+        outcome: "pending",
+        check: (refine) =>
+          check(s, fp).pipe(
+            // the capability's reading of its stored answer (a `Prefer: wait` run that ended meanwhile)
+            Effect.flatMap(Option.match({
+              onNone: () => Effect.succeedNone,
+              onSome: (stored) =>
+                refine === undefined ? Effect.succeedSome(stored) : Effect.map(refine(stored), Option.orElse(() => Option.some(stored)))
+            })),
+            Effect.tapBoth({
+              onFailure: () => Effect.sync(() => (made.outcome = "refused")),
+              onSuccess: (stored) => Effect.sync(() => (made.outcome = Option.isSome(stored) ? "replayed" : "passed"))
+            }),
+            Effect.map(Option.map((stored) => {
+              Object.assign(headers, stored.headers, { "idempotent-replayed": "true" })
+              return HttpServerResponse.text(stored.body, { status: stored.status, contentType: "application/json" })
+            }))
+          )
+      }
+      return made
+    }
+
+    return { check, gate, storing, detached, sweep } as const
   }),
   dependencies: [IdempotencyRepo.Default]
 }) {}

@@ -8,6 +8,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
 import * as Rows from "../Database/Rows.js"
+import type { StoredResponse } from "../Kernel/UnitOfWork.js"
 
 export interface Scope {
   readonly tenantId: string
@@ -18,11 +19,7 @@ export interface Scope {
   readonly key: string
 }
 
-export interface StoredResponse {
-  readonly status: number
-  readonly headers: Record<string, string>
-  readonly body: string
-}
+export type { StoredResponse }
 
 /** The gate's row: the lock, and the record's columns (null: none). Made once (hot path). */
 const GateRow = Schema.Struct({

@@ -22,7 +22,7 @@
  */
 import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Cause, Data, Effect, Exit, FiberRef, Option, Schema, Scope } from "effect"
+import { Cause, Data, Effect, Exit, Option, Schema, Scope } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
@@ -43,12 +43,10 @@ import {
 } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
-import { currentRequest, type IdempotencyGate, type RequestState } from "../Kernel/RequestContext.js"
 import { asCell, Shares } from "../Kernel/Shares.js"
 import { annotateSpan } from "../Kernel/Spans.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
-import { Runs } from "../Runs.js"
 import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
@@ -56,11 +54,10 @@ import * as Idempotency from "./Idempotency.js"
 import { bearerToken } from "./Metrics.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
+import { type RequestState, serving } from "./UnitOfWork.js"
 import { preparedUpload } from "./Uploads.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
-/** Headers a handler set that are part of the response a replay gives again (D5, D7). */
-const REPLAYED_HEADERS = ["location", "preference-applied"] as const
 
 /** `/v1` paths that need no key (D1). */
 export const isPublicV1 = (path: string): boolean =>
@@ -151,19 +148,6 @@ const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestS
 /** A mutation's answer that must not be kept: the transaction is rolled back and this is the answer. */
 class RolledBack extends Data.TaggedError("RolledBack")<{ readonly response: HttpServerResponse.HttpServerResponse }> {}
 
-/** The stored form of a response (its JSON body given parsed): the secret fields of its body become null (D5). */
-const storedForm = (
-  response: HttpServerResponse.HttpServerResponse,
-  state: RequestState,
-  parsed: unknown = AuditTrail.parsedBody(response)
-): Idempotency.StoredResponse => {
-  // not JSON: stored as is
-  const body = parsed === undefined ? AuditTrail.bodyText(response) : JSON.stringify(Idempotency.redactSecrets(parsed))
-  const headers: Record<string, string> = { "x-request-id": state.requestId }
-  for (const name of REPLAYED_HEADERS) if (state.headers[name]) headers[name] = state.headers[name]
-  return { status: response.status, headers, body }
-}
-
 /**
  * `work` (an answer, decided within) in one transaction, while `state.afterCommit` collects what
  * must wait for the commit, run once it committed. Not kept: `work` refused its answer (RolledBack)
@@ -202,32 +186,8 @@ const transactional = <E, R>(
 ) =>
   Effect.gen(function*() {
     const idem = yield* Idempotency.Idempotency
-    const runs = yield* Runs
-    const gate: IdempotencyGate = {
-      outcome: "pending",
-      check: idem.check(scope, fingerprint).pipe(
-        // a `Prefer: wait` request's record holds its 202; what the wait answered follows from its run
-        Effect.flatMap(Option.match({
-          onNone: () => Effect.succeedNone,
-          onSome: (stored) =>
-            stored.status !== 202 || stored.headers["preference-applied"] === undefined
-              ? Effect.succeedSome(stored)
-              : Effect.map(
-                runs.waitedReplay(stored),
-                Option.match({ onNone: () => Option.some(stored), onSome: (body) => Option.some({ ...stored, status: 200, body }) })
-              )
-        })),
-        Effect.tapBoth({
-          onFailure: () => Effect.sync(() => (gate.outcome = "refused")),
-          onSuccess: (stored) => Effect.sync(() => (gate.outcome = Option.isSome(stored) ? "replayed" : "passed"))
-        }),
-        Effect.map(Option.map((stored) => {
-          Object.assign(state.headers, stored.headers, { "idempotent-replayed": "true" })
-          return HttpServerResponse.text(stored.body, { status: stored.status, contentType: "application/json" })
-        }))
-      )
-    }
-    state.idempotency = gate
+    const gate = idem.gate(scope, fingerprint, state.headers)
+    state.gate = gate
 
     const committed = yield* inTransaction(
       Effect.gen(function*() {
@@ -244,7 +204,11 @@ const transactional = <E, R>(
         const body = AuditTrail.parsedBody(response)
         // its stored response and its audit entry (D16), in one statement: durable with the
         // mutation, or none of them is
-        const stored = yield* idem.storing(scope, fingerprint, storedForm(response, state, body))
+        const stored = yield* idem.storing(
+          scope,
+          fingerprint,
+          Idempotency.storedForm(response.status, body, () => AuditTrail.bodyText(response), state.requestId, state.headers)
+        )
         yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, stored)
         return response
       }),
@@ -550,15 +514,12 @@ export const pipeline = (routes: ReadonlyArray<Route>) =>
         | SqlClient.SqlClient
         | FileSystem.FileSystem
       const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
-        Effect.locally(currentRequest, state),
+        serving(state),
         Effect.annotateLogs("request_id", state.requestId)
       )
       return finish(response, state)
     })
   )
-
-/** The current request's state (for handlers that need the raw principal or request id). */
-export const requestState = FiberRef.get(currentRequest)
 
 const CELL_PATH = /^\/v1\/tenants\/([^/?#]+)(?:\/environments\/([^/?#]+))?/
 

@@ -4,12 +4,12 @@
  * `missing_scope`) and the principal is provided to handlers.
  */
 import { HttpApiBuilder, HttpApiError, type HttpApiGroup, HttpRouter, type HttpServerResponse } from "@effect/platform"
-import { Context, Effect, FiberRef, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
 
 import { Api } from "../Api.js"
 import { AuthenticationFailed, InvalidRequest, missingScope } from "../Kernel/Errors.js"
-import { currentRequest } from "../Kernel/RequestContext.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
+import { requestState } from "./UnitOfWork.js"
 
 const scopeTable = () => {
   const table = new Map<string, ReadonlyArray<string>>()
@@ -27,8 +27,7 @@ export const ServiceKeyLive = Layer.sync(ServiceKey, () => {
   return ServiceKey.of({
     ServiceKey: () =>
       Effect.gen(function*() {
-        const state = yield* FiberRef.get(currentRequest)
-        const principal = state.principal
+        const principal = (yield* requestState)?.principal
         if (!principal) {
           return yield* new AuthenticationFailed({ code: "missing_api_key", message: "A service key is required" })
         }

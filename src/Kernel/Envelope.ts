@@ -5,7 +5,7 @@
 import { HttpApiSchema } from "@effect/platform"
 import { Effect, ParseResult, Schema } from "effect"
 
-import { requestId } from "./RequestContext.js"
+import { requestId } from "./RequestId.js"
 
 const RequestIdField = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
 

@@ -7,7 +7,7 @@
 import { HttpApiSchema } from "@effect/platform"
 import { Context, Effect, ParseResult, Schema } from "effect"
 
-import { requestId } from "./RequestContext.js"
+import { requestId } from "./RequestId.js"
 
 const fields = {
   code: Schema.String,

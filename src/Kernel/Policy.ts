@@ -3,13 +3,13 @@
  * the same body shape as a missing resource (D3), never 403.
  */
 import type { HttpServerResponse } from "@effect/platform"
-import { Effect, Option } from "effect"
+import { Effect, type Option } from "effect"
 
 import { type Conflict, missingScope, NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
 import { CurrentPrincipal, type Principal } from "./Principal.js"
-import { idempotencyGate } from "./RequestContext.js"
 import type { Scope } from "./Scopes.js"
+import { type StoredResponse, UnitOfWork } from "./UnitOfWork.js"
 
 export const ownTenant = (tenantId: string): Effect.Effect<Principal, NotFound, CurrentPrincipal> =>
   Effect.flatMap(CurrentPrincipal, (p) =>
@@ -58,29 +58,33 @@ export interface CellRequest {
 
 /**
  * Past the request's checks (the path is the caller's own, scopes and validation passed), a
- * mutation passes its idempotency gate: a stored response is replayed as it was, else the handler
- * runs. Reads (and requests without a gate) go straight on.
+ * mutation passes its idempotency gate (the `UnitOfWork`'s): a stored response is replayed as it
+ * was (or as `refine` reads it), else the handler runs. Reads go straight on.
  */
-const gated = <A, E, R>(run: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(
-    idempotencyGate,
-    Option.match({ onNone: () => run, onSome: (replay) => Effect.succeed(replay as A | HttpServerResponse.HttpServerResponse) })
-  )
+const gated = <A, E, R>(run: Effect.Effect<A, E, R>, refine?: Refine) => Effect.flatMap(UnitOfWork, (work) => work.gated(run, refine))
+
+/** How a capability reads its own stored answer on a replay (none: as it was stored). */
+export type Refine = (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
 
 /**
  * A handler of an operation of the caller's cell: runs with the principal once the path's tenant
  * and environment are the caller's own (anything else is 404, as a missing resource), and past the
- * idempotency gate of a mutation.
+ * idempotency gate of a mutation (`refine`: how a replay of its stored answer is read).
  */
 export const inCell = <Req extends CellRequest, A, E, R>(
-  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
+  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>,
+  refine?: Refine
 ) =>
-(request: Req): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal> =>
-  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => gated(handler(p, request)))
+(
+  request: Req
+): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal | UnitOfWork> =>
+  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => gated(handler(p, request), refine))
 
 /** A handler of an operation of the caller's tenant (`/v1/tenants/{tenant_id}`): 404 for another tenant. */
 export const inTenant = <Req extends { readonly path: { readonly tenant_id: string } }, A, E, R>(
   handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
 ) =>
-(request: Req): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal> =>
+(
+  request: Req
+): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal | UnitOfWork> =>
   Effect.flatMap(ownTenant(request.path.tenant_id), (p) => gated(handler(p, request)))

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 
 import { nextUtcMidnight, type QuotaName, retryAfterSeconds } from "../Domain/Quotas.js"
 import { RateLimited } from "../Kernel/Errors.js"
-import { setResponseHeader } from "../Kernel/RequestContext.js"
+import { setResponseHeader, type UnitOfWork } from "../Kernel/UnitOfWork.js"
 
 /** Why an exhausted quota refuses, and when (or how) it has room again. */
 export const quotaMessage = (name: QuotaName, limit: number, at: Date): string => {
@@ -29,7 +29,7 @@ export const quotaMessage = (name: QuotaName, limit: number, at: Date): string =
 }
 
 /** Fails the request with 429 `quota_exceeded`, `Retry-After` the seconds until the quota has room again. */
-export const quotaExceeded = (name: QuotaName, limit: number, at: Date): Effect.Effect<never, RateLimited> =>
+export const quotaExceeded = (name: QuotaName, limit: number, at: Date): Effect.Effect<never, RateLimited, UnitOfWork> =>
   Effect.zipRight(
     setResponseHeader("retry-after", String(retryAfterSeconds(name, at))),
     Effect.fail(new RateLimited({ code: "quota_exceeded", message: quotaMessage(name, limit, at) }))

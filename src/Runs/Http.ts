@@ -17,8 +17,10 @@ export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
     handlers
       .handle(
         "createRun",
-        inCell((p, { headers, path, payload }) =>
-          runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"])
+        inCell(
+          (p, { headers, path, payload }) => runs.createRun(p, path.conversation_id, payload, headers.prefer, headers["x-actor-token"]),
+          // a replay of a `Prefer: wait` request answers what the wait did (D5, D7)
+          runs.waitedReplay
         )
       )
       .handle("getRun", inCell((p, { path }) => runs.getRun(p, path.run_id)))

@@ -13,7 +13,7 @@ import * as Rows from "../Database/Rows.js"
 import { exhausted, type QuotaLimits, RUN_QUOTAS } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
-import { afterCommit } from "../Kernel/RequestContext.js"
+import { UnitOfWork } from "../Kernel/UnitOfWork.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
 import { countAdmission, usedNow } from "../Quotas/Repo.js"
 import { admittedRow, applied, plan } from "./Commit.js"
@@ -97,6 +97,8 @@ export const admissionStatement = (sql: SqlClient.SqlClient, row: Admission, eve
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  // the bookkeeping of a commit made in a request's transaction (admission, a cancel) waits for its commit
+  const { afterCommit } = yield* UnitOfWork
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
   const runColumns = sql.literal(RUN_COLUMNS)
 
@@ -381,4 +383,4 @@ const make = Effect.gen(function*() {
 })
 
 /** The run store in Postgres. */
-export const RunStoreSql: Layer.Layer<RunStore, never, SqlClient.SqlClient> = Layer.effect(RunStore, make)
+export const RunStoreSql: Layer.Layer<RunStore, never, SqlClient.SqlClient | UnitOfWork> = Layer.effect(RunStore, make)

@@ -19,7 +19,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Secrets } from "../Crypto/Secrets.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CellRef } from "../Kernel/Principal.js"
-import { afterCommit } from "../Kernel/RequestContext.js"
+import { afterCommit } from "../Kernel/UnitOfWork.js"
 import { PlatformRepo } from "../Platform/Repo.js"
 import { SigningRepo } from "./SigningRepo.js"
 

@@ -1,0 +1,93 @@
+/**
+ * The edge's side of the unit of work (src/Kernel/UnitOfWork.ts): the state of the request being
+ * served (its id, the headers its answer gets, its principal and acting user, its idempotency gate,
+ * the work waiting for its commit, its continuation, its audit subject), made by the pipeline
+ * (src/Edge/Pipeline.ts) and read by the `UnitOfWork` service that handlers and services require.
+ *
+ * The service is made once for the node; the request it acts on is the one the calling fiber
+ * serves (`serving` marks a request's fibers with its state). Outside a request (a run actor, a
+ * background loop) it acts as a unit of its own: after-commit work runs at once, headers go nowhere.
+ */
+import type { HttpServerResponse } from "@effect/platform"
+import { Effect, FiberRef, Layer, Option } from "effect"
+
+import type { Conflict } from "../Kernel/Errors.js"
+import type { CellRef, Principal } from "../Kernel/Principal.js"
+import { currentRequestId } from "../Kernel/RequestId.js"
+import { type ActingUser, type StoredResponse, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
+import type { Gate } from "./Idempotency.js"
+
+export interface RequestState {
+  readonly requestId: string
+  /** headers the pipeline adds to the final response (Location, Retry-After, RateLimit...) */
+  readonly headers: Record<string, string>
+  /** set by the pipeline once the service key is authenticated */
+  principal: Principal | undefined
+  /** the user of a valid `X-Actor-Token`, resolved once by the pipeline */
+  actingUser?: ActingUser | undefined
+  /** an idempotent mutation's gate, passed by its handler once the request is known valid */
+  gate?: Gate | undefined
+  /** an idempotent mutation runs in one transaction: effects to run once it committed */
+  afterCommit?: Array<Effect.Effect<void>> | undefined
+  /** what may answer instead of the stored response once the transaction committed (`Prefer: wait`) */
+  continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
+  /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
+  auditSubject?: CellRef | undefined
+}
+
+const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
+
+/** Runs `effect` as the work of the request of `state`. */
+export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  effect.pipe(Effect.locally(currentState, state), Effect.locally(currentRequestId, state.requestId))
+
+/** The state of the request the calling fiber serves (undefined outside one). */
+export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)
+
+const withState = <A>(f: (state: RequestState | undefined) => Effect.Effect<A>) => Effect.flatMap(FiberRef.get(currentState), f)
+
+/** A mutation's gate (a read has none): a stored response instead of `run`, a 409, or `run`. */
+const gated = <A, E, R>(
+  run: Effect.Effect<A, E, R>,
+  refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R> =>
+  Effect.flatMap(FiberRef.get(currentState), (state) => {
+    const gate = state?.gate
+    if (gate === undefined) return run
+    return Effect.flatMap(
+      gate.check(refine),
+      Option.match({ onNone: () => run, onSome: (replay) => Effect.succeed<A | HttpServerResponse.HttpServerResponse>(replay) })
+    )
+  })
+
+const unitOfWork: UnitOfWorkShape = {
+  gated,
+  setHeader: (name, value) =>
+    withState((state) =>
+      Effect.sync(() => {
+        if (state !== undefined) state.headers[name.toLowerCase()] = value
+      })
+    ),
+  afterCommit: (effect) =>
+    withState((state) => {
+      if (state?.afterCommit === undefined) return effect
+      state.afterCommit.push(effect)
+      return Effect.void
+    }),
+  answerAfterCommit: (continuation) =>
+    withState((state) =>
+      Effect.sync(() => {
+        if (state !== undefined) state.continuation = continuation
+      })
+    ),
+  about: (cell) =>
+    withState((state) =>
+      Effect.sync(() => {
+        if (state !== undefined) state.auditSubject = { tenantId: cell.tenantId, environment: cell.environment }
+      })
+    ),
+  actingUser: Effect.map(FiberRef.get(currentState), (state) => state?.actingUser)
+}
+
+/** The node's `UnitOfWork`: the request the calling fiber serves, or a unit of its own. */
+export const UnitOfWorkLive = Layer.succeed(UnitOfWork, unitOfWork)

@@ -1,0 +1,85 @@
+/**
+ * The request as an explicit unit of work (issue 37): everything a handler, or a service it calls,
+ * may do to its request's response and transaction goes through this service, so it shows in the
+ * types (`UnitOfWork` in an effect's requirements says "this touches the request's answer or defers
+ * work to its commit"):
+ *
+ *   - `gated`: a mutation's idempotency gate (D5), passed once the request is known valid: a stored
+ *     response replayed as it was (after the capability's `refine`, e.g. a `Prefer: wait` run that
+ *     ended meanwhile), a 409, or the handler runs;
+ *   - `setHeader`: a header of the answer (Location, Retry-After, Preference-Applied...);
+ *   - `afterCommit`: work that must wait for the request's transaction to commit (a cell told to
+ *     start a run must find it committed); outside a transaction it runs now;
+ *   - `answerAfterCommit`: what may answer instead of the stored response once committed (the 200
+ *     of `Prefer: wait`);
+ *   - `about`: the tenant and environment an operator request is about, for its audit entry (D16),
+ *     when its path does not name them;
+ *   - `actingUser`: the user of the request's valid `X-Actor-Token`, resolved once by the edge.
+ *
+ * The HTTP edge implements it (src/Edge/UnitOfWork.ts) over the request it is serving; outside a
+ * request (a run actor's commit, a background loop) it is a unit of its own: work after a commit
+ * runs at once, there is no answer to shape. The kernel defines it and imports no capability.
+ */
+import type { HttpServerResponse } from "@effect/platform"
+import { Context, Effect, type Option } from "effect"
+
+import type { Conflict } from "./Errors.js"
+import type { CellRef } from "./Principal.js"
+
+/** A stored response of an idempotent mutation (D5): what a retry is answered. */
+export interface StoredResponse {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly body: string
+}
+
+/** The user a request acts for (`X-Actor-Token`). */
+export interface ActingUser {
+  readonly type: "user"
+  readonly id: string
+}
+
+export interface UnitOfWorkShape {
+  /**
+   * Past the request's checks (tenancy, scopes, validation), a mutation passes its idempotency gate:
+   * its stored response is replayed (`refine` may answer from it otherwise: none keeps it as it
+   * was), a concurrent or reused key is 409, else `run` runs. A read runs `run`.
+   */
+  readonly gated: <A, E, R>(
+    run: Effect.Effect<A, E, R>,
+    refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+  ) => Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R>
+  /** Sets a header of the request's answer (names are case-insensitive). */
+  readonly setHeader: (name: string, value: string) => Effect.Effect<void>
+  /** Runs `effect` once the request's transaction committed; outside one, now. */
+  readonly afterCommit: (effect: Effect.Effect<void>) => Effect.Effect<void>
+  /** Once committed, `continuation` may answer instead of the stored response (none: it stands). */
+  readonly answerAfterCommit: (
+    continuation: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>>
+  ) => Effect.Effect<void>
+  /** Names the environment an operator request is about, for its audit entry. */
+  readonly about: (cell: CellRef) => Effect.Effect<void>
+  /** The user of the request's valid actor token, if the edge resolved one. */
+  readonly actingUser: Effect.Effect<ActingUser | undefined>
+}
+
+export class UnitOfWork extends Context.Tag("UnitOfWork")<UnitOfWork, UnitOfWorkShape>() {}
+
+/** Sets a header of the current request's answer. */
+export const setResponseHeader = (name: string, value: string): Effect.Effect<void, never, UnitOfWork> =>
+  Effect.flatMap(UnitOfWork, (work) => work.setHeader(name, value))
+
+/** Runs `effect` once the current request's transaction committed (now outside one). */
+export const afterCommit = (effect: Effect.Effect<void>): Effect.Effect<void, never, UnitOfWork> =>
+  Effect.flatMap(UnitOfWork, (work) => work.afterCommit(effect))
+
+/** Once committed, `continuation` may answer instead of the stored response. */
+export const answerAfterCommit = (
+  continuation: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>>
+): Effect.Effect<void, never, UnitOfWork> => Effect.flatMap(UnitOfWork, (work) => work.answerAfterCommit(continuation))
+
+/** Names the environment the current operator request is about (its audit entry). */
+export const auditAbout = (cell: CellRef): Effect.Effect<void, never, UnitOfWork> => Effect.flatMap(UnitOfWork, (work) => work.about(cell))
+
+/** The user the current request acts for, if any. */
+export const actingUser: Effect.Effect<ActingUser | undefined, never, UnitOfWork> = Effect.flatMap(UnitOfWork, (work) => work.actingUser)
