@@ -20,6 +20,7 @@ import type { IdentityProvider } from "./Domain/EnvironmentSettings.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { conflict, forbidden, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { sharedBy, Shares } from "./Kernel/Shares.js"
 import { actingUser } from "./Kernel/UnitOfWork.js"
@@ -184,7 +185,7 @@ export class ActorSessions extends Effect.Service<ActorSessions>()("ActorSession
       })
 
     return {
-      createSession: (p: Principal, body: { user_id: string; assertion: string }) => dieOnSqlError(createSession(p, body)),
+      createSession: (p: Gated<Principal>, body: { user_id: string; assertion: string }) => dieOnSqlError(createSession(p, body)),
       requireActor: (p: Principal, token: string | undefined) => dieOnSqlError(requireActor(p, token))
     } as const
   }),

@@ -23,6 +23,7 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
 import { canonicalJson } from "./Kernel/Json.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { Destinations } from "./Outbound/Destinations.js"
 import { Tools } from "./Tools.js"
@@ -230,10 +231,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     return {
       listWorkspaces: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listWorkspaces(p, params)),
-      createWorkspace: (p: CellRef, body: { name: string }) => dieOnSqlError(createWorkspace(p, body)),
+      createWorkspace: (p: Gated<CellRef>, body: { name: string }) => dieOnSqlError(createWorkspace(p, body)),
       getWorkspace: (p: Principal, id: string) => dieOnSqlError(Effect.map(workspaceRow(p, id), Repo.toWorkspace)),
       listModelProfiles: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listModelProfiles(p, params)),
-      createModelProfile: (p: CellRef, body: CreateModelProfile) => dieOnSqlError(createModelProfile(p, body)),
+      createModelProfile: (p: Gated<CellRef>, body: CreateModelProfile) => dieOnSqlError(createModelProfile(p, body)),
       getModelProfile: (p: Principal, id: string) => dieOnSqlError(Effect.map(modelProfileRow(p, id), Repo.toModelProfile)),
       credentialOf: (tenantId: string, environment: string, profileId: string) =>
         dieOnSqlError(credentialOf(tenantId, environment, profileId)),
@@ -244,10 +245,10 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       /** The credential of a revision context's model profile, decrypted. */
       credentialOfContext: (context: Repo.RevisionContext) => unseal(context, context.model_profile_id),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
-      createAgent: (p: CellRef, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
+      createAgent: (p: Gated<CellRef>, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),
       listRevisions: (p: Principal, agentId: string, params: Cursor.ListParams) => dieOnSqlError(listRevisions(p, agentId, params)),
-      createRevision: (p: CellRef, agentId: string, body: CreateAgentRevision) => dieOnSqlError(createRevision(p, agentId, body)),
+      createRevision: (p: Gated<CellRef>, agentId: string, body: CreateAgentRevision) => dieOnSqlError(createRevision(p, agentId, body)),
       getRevision: (p: Principal, id: string) => dieOnSqlError(getRevision(p, id))
     } as const
   }),

@@ -16,6 +16,7 @@ import { dieOnSqlError } from "./Database/Defects.js"
 import { Trigger } from "./Domain/RunState.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, notFound } from "./Kernel/Errors.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { afterCommit } from "./Kernel/UnitOfWork.js"
 import { type Commit, RunStore } from "./Runs/RunStore.js"
@@ -101,8 +102,12 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
       list: (p: Principal, params: Cursor.ListParams & { status?: string | undefined; run_id?: string | undefined }) =>
         dieOnSqlError(list(p, params)),
       get: (p: Principal, id: string) => dieOnSqlError(Effect.map(approvalRow(p, id), toApproval)),
-      decide: (p: Principal, id: string, token: string | undefined, body: { decision: "approve" | "deny"; reason?: string | undefined }) =>
-        dieOnSqlError(decide(p, id, token, body))
+      decide: (
+        p: Gated<Principal>,
+        id: string,
+        token: string | undefined,
+        body: { decision: "approve" | "deny"; reason?: string | undefined }
+      ) => dieOnSqlError(decide(p, id, token, body))
     } as const
   }),
   dependencies: [ApprovalsRepo.Default, ActorSessions.Default]

@@ -25,6 +25,7 @@ import {
 import { EnvironmentSettingsRepo, type SettingsRow } from "./EnvironmentSettings/Repo.js"
 import { forbidden, invalid, notFound } from "./Kernel/Errors.js"
 import { toIso } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { Destinations } from "./Outbound/Destinations.js"
 
@@ -118,7 +119,7 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
 
     return {
       get: (cell: CellRef) => dieOnSqlError(get(cell)),
-      update: (p: Principal, body: UpdateSettings) => dieOnSqlError(update(p, body)),
+      update: (p: Gated<Principal>, body: UpdateSettings) => dieOnSqlError(update(p, body)),
       identityProvider: (cell: CellRef) => dieOnSqlError(identityProvider(cell)),
       operatorGet: (tenantId: string, environment: CellRef["environment"]) => dieOnSqlError(operatorGet(tenantId, environment)),
       operatorUpdate: (tenantId: string, environment: CellRef["environment"], body: OperatorUpdateSettings) =>

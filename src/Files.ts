@@ -22,6 +22,7 @@ import * as Cursor from "./Kernel/Cursor.js"
 import { forbidden, invalid, notFound, RangeNotSatisfiable } from "./Kernel/Errors.js"
 import { CurrentShare, NODE_KEY } from "./Kernel/FairShare.js"
 import { makeId } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { asCell, sharedBy, Shares } from "./Kernel/Shares.js"
 import { setResponseHeader } from "./Kernel/UnitOfWork.js"
@@ -232,7 +233,7 @@ export class Files extends Effect.Service<Files>()("Files", {
       })
 
     return {
-      upload: (p: Principal, payload: Upload, storageLimit: number) => dieOnSqlError(upload(p, payload, storageLimit)),
+      upload: (p: Gated<Principal>, payload: Upload, storageLimit: number) => dieOnSqlError(upload(p, payload, storageLimit)),
       produce,
       get: (p: Principal, id: string) =>
         dieOnSqlError(Effect.map(Effect.flatMap(Effect.flatMap(reachOf(p), (reach) => repo.file(reach, id)), found), toFile)),
@@ -243,7 +244,7 @@ export class Files extends Effect.Service<Files>()("Files", {
             (_t, _e, after, limit) => repo.list(reach, after, limit, params),
             toFile
           )(p, params))),
-      remove: (p: Principal, id: string) =>
+      remove: (p: Gated<Principal>, id: string) =>
         dieOnSqlError(
           Effect.flatMap(Effect.flatMap(reachOf(p), (reach) => repo.remove(reach, id)), (deleted) =>
             deleted ? Effect.succeed({ id, object: "file" as const, deleted: true as const }) : Effect.fail(notFound("file", "file_id")))

@@ -30,6 +30,7 @@ import {
 } from "./Domain/Memory.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
+import type { Gated } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { actingUser } from "./Kernel/UnitOfWork.js"
 import { MemoryRepo, type MemoryRow, type Place, toItem, type Write } from "./Memory/Repo.js"
@@ -212,9 +213,9 @@ export class Memory extends Effect.Service<Memory>()("Memory", {
     return {
       list: (p: Principal, workspaceId: string, params: MemoryListParams) => dieOnSqlError(list(p, workspaceId, params)),
       get: (p: Principal, workspaceId: string, key: string) => dieOnSqlError(get(p, workspaceId, key)),
-      put: (p: Principal, workspaceId: string, key: string, body: PutMemoryItem, storageLimit: number) =>
+      put: (p: Gated<Principal>, workspaceId: string, key: string, body: PutMemoryItem, storageLimit: number) =>
         dieOnSqlError(put(p, workspaceId, key, body, storageLimit)),
-      remove: (p: Principal, workspaceId: string, key: string) => dieOnSqlError(remove(p, workspaceId, key)),
+      remove: (p: Gated<Principal>, workspaceId: string, key: string) => dieOnSqlError(remove(p, workspaceId, key)),
       toolCall
     } as const
   }),

@@ -16,7 +16,7 @@ import { type CreatedApiKey, type DeletionJob, ROTATION_GRACE } from "./Domain/P
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, Gone, invalid, type NotFound, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
-import { withinCeiling } from "./Kernel/Policy.js"
+import { type Gated, withinCeiling } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { afterCommit, setResponseHeader } from "./Kernel/UnitOfWork.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
@@ -321,25 +321,25 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
       keyActive,
       getTenant: (p: Principal) => dieOnSqlError(getTenant(p)),
       listTenants: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listTenants(p, params)),
-      updateTenant: (p: Principal, name: string) => dieOnSqlError(updateTenant(p, name)),
-      deleteTenant: (p: Principal) => dieOnSqlError(Effect.flatMap(deleteTenant(p), withLocation(p))),
+      updateTenant: (p: Gated<Principal>, name: string) => dieOnSqlError(updateTenant(p, name)),
+      deleteTenant: (p: Gated<Principal>) => dieOnSqlError(Effect.flatMap(deleteTenant(p), withLocation(p))),
       listEnvironments: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listEnvironments(p, params)),
       getEnvironment: (p: Principal) => dieOnSqlError(getEnvironment(p)),
-      deleteEnvironment: (p: Principal) => dieOnSqlError(Effect.flatMap(deleteEnvironment(p), withLocation(p))),
+      deleteEnvironment: (p: Gated<Principal>) => dieOnSqlError(Effect.flatMap(deleteEnvironment(p), withLocation(p))),
       getDeletionJob: (p: Principal, id: string) => dieOnSqlError(getDeletionJob(p, id)),
       listApiKeys: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listApiKeys(p, params)),
       getApiKey: (p: Principal, id: string) => dieOnSqlError(getApiKey(p, id)),
-      revokeApiKey: (p: Principal, id: string) => dieOnSqlError(revokeApiKey(p, id)),
-      rotateApiKey: (p: Principal, id: string, graceSeconds: number = ROTATION_GRACE.default) =>
+      revokeApiKey: (p: Gated<Principal>, id: string) => dieOnSqlError(revokeApiKey(p, id)),
+      rotateApiKey: (p: Gated<Principal>, id: string, graceSeconds: number = ROTATION_GRACE.default) =>
         dieOnSqlError(rotateApiKey(p, id, graceSeconds)),
       listUsers: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listUsers(p, params)),
       getUser: (p: Principal, id: string) => dieOnSqlError(getUser(p, id)),
-      createUser: (p: Principal, body: Parameters<typeof createUser>[1]) => dieOnSqlError(createUser(p, body)),
-      updateUser: (p: Principal, id: string, body: Parameters<typeof updateUser>[2]) => dieOnSqlError(updateUser(p, id, body)),
-      deleteUser: (p: Principal, id: string) => dieOnSqlError(Effect.flatMap(deleteUser(p, id), withLocation(p))),
+      createUser: (p: Gated<Principal>, body: Parameters<typeof createUser>[1]) => dieOnSqlError(createUser(p, body)),
+      updateUser: (p: Gated<Principal>, id: string, body: Parameters<typeof updateUser>[2]) => dieOnSqlError(updateUser(p, id, body)),
+      deleteUser: (p: Gated<Principal>, id: string) => dieOnSqlError(Effect.flatMap(deleteUser(p, id), withLocation(p))),
       listServiceActors: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listServiceActors(p, params)),
       getServiceActor: (p: Principal, id: string) => dieOnSqlError(getServiceActor(p, id)),
-      createServiceActor: (p: CellRef, name: string) => dieOnSqlError(createServiceActor(p, name))
+      createServiceActor: (p: Gated<CellRef>, name: string) => dieOnSqlError(createServiceActor(p, name))
     } as const
   }),
   dependencies: [PlatformRepo.Default]

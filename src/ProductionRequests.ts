@@ -20,6 +20,7 @@ import type {
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef } from "./Kernel/Principal.js"
 import { auditAbout } from "./Kernel/UnitOfWork.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
@@ -163,7 +164,7 @@ export class ProductionRequests extends Effect.Service<ProductionRequests>()("Pr
       }))
 
     return {
-      submit: (p: CellRef, body: CreateProductionRequest) => dieOnSqlError(submit(p, body)),
+      submit: (p: Gated<CellRef>, body: CreateProductionRequest) => dieOnSqlError(submit(p, body)),
       latest: (p: CellRef) => dieOnSqlError(latest(p)),
       get: (id: string) => dieOnSqlError(get(id)),
       list: (filter: { status?: ProductionRequestStatus | undefined }, params: Cursor.ListParams) => dieOnSqlError(list(filter, params)),

@@ -19,6 +19,7 @@ import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { Files } from "./Files.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse } from "./Kernel/UnitOfWork.js"
 import { Platform } from "./Platform.js"
@@ -357,13 +358,13 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
 
     return {
       waitedReplay,
-      createConversation: (p: Principal, body: { workspace_id: string; agent_revision_id: string }) =>
+      createConversation: (p: Gated<Principal>, body: { workspace_id: string; agent_revision_id: string }) =>
         dieOnSqlError(createConversation(p, body)),
       getConversation: (p: Principal, id: string) => dieOnSqlError(getConversation(p, id)),
-      createRun: (p: Principal, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken?: string) =>
+      createRun: (p: Gated<Principal>, conversationId: string, body: CreateRun, prefer: string | undefined, actorToken?: string) =>
         dieOnSqlError(createRun(p, conversationId, body, prefer, actorToken)),
       getRun: (p: Principal, runId: string) => dieOnSqlError(getRun(p, runId)),
-      cancelRun: (p: Principal, runId: string) => dieOnSqlError(cancelRun(p, runId)),
+      cancelRun: (p: Gated<Principal>, runId: string) => dieOnSqlError(cancelRun(p, runId)),
       listEvents: (p: Principal, runId: string, params: { limit?: string | undefined; cursor?: string | undefined }) =>
         dieOnSqlError(listEvents(p, runId, params)),
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))

@@ -32,6 +32,7 @@ import { Files } from "./Files.js"
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { traced } from "./Kernel/Spans.js"
 import { Platform } from "./Platform.js"
@@ -310,11 +311,11 @@ export class Schedules extends Effect.Service<Schedules>()("Schedules", {
     }
 
     return {
-      create: (p: Principal, body: CreateSchedule, limit: number) => dieOnSqlError(create(p, body, limit)),
+      create: (p: Gated<Principal>, body: CreateSchedule, limit: number) => dieOnSqlError(create(p, body, limit)),
       get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.schedule(p, id), found), toSchedule)),
       list: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(Cursor.listPage("schedules", repo.schedules, toSchedule)(p, params)),
-      update: (p: CellRef, id: string, body: UpdateSchedule) => dieOnSqlError(update(p, id, body)),
-      remove: (p: CellRef, id: string) => dieOnSqlError(remove(p, id)),
+      update: (p: Gated<CellRef>, id: string, body: UpdateSchedule) => dieOnSqlError(update(p, id, body)),
+      remove: (p: Gated<CellRef>, id: string) => dieOnSqlError(remove(p, id)),
       listRuns: (p: Principal, id: string, params: Cursor.ListParams) => dieOnSqlError(listRuns(p, id, params)),
       fireNext,
       /** The environments with a schedule due at `at`, the longest-waiting first (the scheduler's turns). */

@@ -16,6 +16,7 @@ import { connectionTransition, type CreateConnection, type Operation, type Tool 
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { auditAbout } from "./Kernel/UnitOfWork.js"
 import { Destinations } from "./Outbound/Destinations.js"
@@ -176,7 +177,7 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       })
 
     return {
-      register: (p: Principal, body: CreateConnection) => dieOnSqlError(register(p, body)),
+      register: (p: Gated<Principal>, body: CreateConnection) => dieOnSqlError(register(p, body)),
       getConnection: (p: CellRef, id: string) => dieOnSqlError(Effect.map(connectionRow(p, id), toConnection)),
       listConnections: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listConnections(p, params)),
       review: (id: string, decision: "approve" | "reject", note?: string) => dieOnSqlError(review(id, decision, note)),

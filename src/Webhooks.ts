@@ -24,6 +24,7 @@ import {
 import * as Cursor from "./Kernel/Cursor.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { makeId } from "./Kernel/Ids.js"
+import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/UnitOfWork.js"
 import { Destinations } from "./Outbound/Destinations.js"
@@ -134,16 +135,16 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
       })
 
     return {
-      create: (p: Principal, body: CreateWebhookEndpoint, limit: number) => dieOnSqlError(create(p, body, limit)),
+      create: (p: Gated<Principal>, body: CreateWebhookEndpoint, limit: number) => dieOnSqlError(create(p, body, limit)),
       get: (p: CellRef, id: string) => dieOnSqlError(Effect.map(Effect.flatMap(repo.endpoint(p, id), found), toEndpoint)),
       list: (p: Principal, params: Cursor.ListParams) =>
         dieOnSqlError(Cursor.listPage("webhook-endpoints", repo.endpoints, toEndpoint)(p, params)),
-      update: (p: CellRef, id: string, body: UpdateWebhookEndpoint) => dieOnSqlError(update(p, id, body)),
-      remove: (p: CellRef, id: string) => dieOnSqlError(remove(p, id)),
+      update: (p: Gated<CellRef>, id: string, body: UpdateWebhookEndpoint) => dieOnSqlError(update(p, id, body)),
+      remove: (p: Gated<CellRef>, id: string) => dieOnSqlError(remove(p, id)),
       rotateSecret: (p: CellRef, id: string) => dieOnSqlError(rotateSecret(p, id)),
       listDeliveries: (p: Principal, params: DeliveryListParams) => dieOnSqlError(listDeliveries(p, params)),
       getDelivery: (p: CellRef, id: string) => dieOnSqlError(getDelivery(p, id)),
-      replay: (p: CellRef, id: string) => dieOnSqlError(replay(p, id))
+      replay: (p: Gated<CellRef>, id: string) => dieOnSqlError(replay(p, id))
     } as const
   }),
   dependencies: [WebhooksRepo.Default, Secrets.Default, Destinations.Default]

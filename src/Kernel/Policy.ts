@@ -7,7 +7,7 @@ import { Effect, type Option } from "effect"
 
 import { type Conflict, missingScope, NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
-import { CurrentPrincipal, type Principal } from "./Principal.js"
+import { type CellRef, CurrentPrincipal, type Principal } from "./Principal.js"
 import type { Scope } from "./Scopes.js"
 import { type StoredResponse, UnitOfWork } from "./UnitOfWork.js"
 
@@ -51,6 +51,24 @@ export const requireScopes = (scopes: ReadonlyArray<Scope>): Effect.Effect<void,
     return missing.length > 0 ? Effect.fail(missingScope(missing)) : Effect.void
   })
 
+declare const gatePassed: unique symbol
+
+/**
+ * A principal as `inCell` and `inTenant` give it to a handler: its request is of the caller's own
+ * tenant (and environment) and, a mutation, passed its idempotency gate (its effect runs only past
+ * the gate). A capability's mutations take their principal `Gated`, so a handler that skips the
+ * gate (a principal read from `CurrentPrincipal`, or made up) does not compile; only this module
+ * gives the brand.
+ */
+export type Gated<P> = P & { readonly [gatePassed]: true }
+
+/**
+ * The operator plane acting on a cell (provisioning its quickstart): not a `/v1` request, so it has
+ * no idempotency gate; its POST runs in one audited transaction (src/Edge/Pipeline.ts), and what it
+ * creates is keyed by the cell (one quickstart per environment).
+ */
+export const byOperator = <P extends CellRef>(cell: P): Gated<P> => cell as Gated<P>
+
 /** The request of an operation under `/v1/tenants/{tenant_id}/environments/{environment}`. */
 export interface CellRequest {
   readonly path: { readonly tenant_id: string; readonly environment: EnvironmentName }
@@ -72,19 +90,19 @@ export type Refine = (stored: StoredResponse) => Effect.Effect<Option.Option<Sto
  * idempotency gate of a mutation (`refine`: how a replay of its stored answer is read).
  */
 export const inCell = <Req extends CellRequest, A, E, R>(
-  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>,
+  handler: (principal: Gated<Principal>, request: Req) => Effect.Effect<A, E, R>,
   refine?: Refine
 ) =>
 (
   request: Req
 ): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal | UnitOfWork> =>
-  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => gated(handler(p, request), refine))
+  Effect.flatMap(ownCell(request.path.tenant_id, request.path.environment), (p) => gated(handler(p as Gated<Principal>, request), refine))
 
 /** A handler of an operation of the caller's tenant (`/v1/tenants/{tenant_id}`): 404 for another tenant. */
 export const inTenant = <Req extends { readonly path: { readonly tenant_id: string } }, A, E, R>(
-  handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>
+  handler: (principal: Gated<Principal>, request: Req) => Effect.Effect<A, E, R>
 ) =>
 (
   request: Req
 ): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | NotFound | Conflict, R | CurrentPrincipal | UnitOfWork> =>
-  Effect.flatMap(ownTenant(request.path.tenant_id), (p) => gated(handler(p, request)))
+  Effect.flatMap(ownTenant(request.path.tenant_id), (p) => gated(handler(p as Gated<Principal>, request)))

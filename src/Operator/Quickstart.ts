@@ -21,6 +21,7 @@ import type { CreateModelProfile } from "../Domain/Agents.js"
 import type { Quickstart } from "../Domain/Operator.js"
 import { notFound } from "../Kernel/Errors.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
+import { byOperator } from "../Kernel/Policy.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { traced } from "../Kernel/Spans.js"
 import { Platform } from "../Platform.js"
@@ -60,8 +61,9 @@ export class Quickstarts extends Effect.Service<Quickstarts>()("Quickstarts", {
     const repo = yield* OperatorRepo
 
     /** Makes the resources and the record; the caller holds the environment's row lock. */
-    const create = (cell: CellRef) =>
+    const create = (of: CellRef) =>
       Effect.gen(function*() {
+        const cell = byOperator(of)
         const profile = profileOf(config.quickstartModel)
         const actor = yield* platform.createServiceActor(cell, "Quickstart")
         const workspace = yield* agents.createWorkspace(cell, { name: "Quickstart" })

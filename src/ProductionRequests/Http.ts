@@ -4,7 +4,7 @@ import { Effect } from "effect"
 
 import { Api } from "../Api.js"
 import { NotFound } from "../Kernel/Errors.js"
-import { type CellRequest, inCell } from "../Kernel/Policy.js"
+import { type CellRequest, type Gated, inCell } from "../Kernel/Policy.js"
 import type { Principal } from "../Kernel/Principal.js"
 import { ProductionRequests } from "../ProductionRequests.js"
 
@@ -15,7 +15,7 @@ const notOnProduction = new NotFound({
 })
 
 /** `inCell` of the sandbox only: on `production` the resource does not exist (404, before any idempotency gate). */
-const inSandbox = <Req extends CellRequest, A, E, R>(handler: (principal: Principal, request: Req) => Effect.Effect<A, E, R>) => {
+const inSandbox = <Req extends CellRequest, A, E, R>(handler: (principal: Gated<Principal>, request: Req) => Effect.Effect<A, E, R>) => {
   const run = inCell(handler)
   return (request: Req) => (request.path.environment === "sandbox" ? run(request) : Effect.fail(notOnProduction))
 }
