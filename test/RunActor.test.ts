@@ -9,7 +9,7 @@
  */
 import { TestRunner } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Option, Ref, TestClock } from "effect"
+import { type Context, Effect, type Exit, type Fiber, FiberRef, HashMap, Layer, Option, Ref, Supervisor, TestClock } from "effect"
 import { Agents } from "../src/Agents.js"
 import { ApprovalsRepo } from "../src/Approvals/Repo.js"
 import { Cells } from "../src/Cells/Cells.js"
@@ -360,4 +360,63 @@ describe("run actor (in memory, TestClock)", () => {
         expect(yield* eventTypes(broken)).toEqual(["run.queued", "run.started", "run.message", "run.succeeded"])
       }).pipe(Effect.provide(runtime(world)))
     }))
+
+  it.effect("timers are the cell's: a run forks one fiber, its actor, and a working run holds only it until its budget ends it", () =>
+    Effect.gen(function*() {
+      const world = yield* newWorld
+      const fibers = new FiberCounter()
+      yield* Effect.gen(function*() {
+        // the cell is started (and its timer loop armed) by a first run
+        yield* startRun(world, [{ type: "text", text: "warm" }])
+        yield* settle
+        const quick = yield* fibers.counted(startRun(world, [{ type: "text", text: "counted" }]))
+        yield* settle
+        expect((yield* runOf(quick)).status).toBe("succeeded")
+        // its actor only: no fiber for the slot wait nor for its start or execution deadline
+        expect([fibers.started, fibers.live]).toEqual([1, 0])
+
+        const slow = yield* fibers.counted(startRun(world, [{ type: "sleep", seconds: 300 }, { type: "sleep", seconds: 300 }, {
+          type: "text",
+          text: "too late"
+        }]))
+        yield* TestClock.adjust("10 seconds")
+        yield* settle
+        expect((yield* runOf(slow)).status).toBe("running")
+        // working under its execution deadline (the cell's), the run holds its actor and nothing else
+        expect([fibers.started, fibers.live]).toEqual([2, 1])
+        yield* TestClock.adjust("291 seconds")
+        yield* settle
+        // the cell's loop interrupted the actor, and started it again to end the run with the budget
+        expect(yield* runOf(slow)).toMatchObject({ status: "expired", status_reason: "execution_deadline_exceeded" })
+        expect(fibers.live).toBe(0)
+        expect((yield* eventTypes(slow)).at(-1)).toBe("run.expired")
+      }).pipe(Effect.provide(runtime(world)), Effect.supervised(fibers))
+    }))
 })
+
+/**
+ * Counts the fibers started (and still running) by what runs under `counted`: a run started there
+ * (on this node, its cell is called in the caller's fiber) forks its actor with the caller's
+ * FiberRefs, and everything the actor forks inherits them. The runtime's other fibers are not counted.
+ */
+class FiberCounter extends Supervisor.AbstractSupervisor<void> {
+  started = 0
+  live = 0
+  value = Effect.void
+  readonly counted = Effect.annotateLogs("fiber_counter", this)
+  private readonly mine = new Set<number>()
+  override onStart<A, E, R>(
+    _context: Context.Context<R>,
+    _effect: Effect.Effect<A, E, R>,
+    _parent: Option.Option<Fiber.RuntimeFiber<any, any>>,
+    fiber: Fiber.RuntimeFiber<A, E>
+  ) {
+    if (Option.getOrUndefined(HashMap.get(fiber.getFiberRef(FiberRef.currentLogAnnotations), "fiber_counter")) !== this) return
+    this.mine.add(fiber.id().id)
+    this.started++
+    this.live++
+  }
+  override onEnd<A, E>(_exit: Exit.Exit<A, E>, fiber: Fiber.RuntimeFiber<A, E>) {
+    if (this.mine.delete(fiber.id().id)) this.live--
+  }
+}

@@ -1,11 +1,13 @@
 /**
  * A cell: one tenant/environment pair. A scoped fiber tree owning its rate limiter, its quota
  * limits, its generation, its run actors (a FiberMap keyed by run id, each supervised: a defect restarts that
- * actor from the database with backoff, never the cell), its execution slots and its SSE stream
- * counts. Commands are processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
+ * actor from the database with backoff, never the cell), its execution slots, its SSE stream
+ * counts and its runs' timers: one loop per cell holds every deadline of its run actors (contract
+ * part 8) and every alarm of its parked runs, so no run races a timer of its own. Commands are
+ * processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
-import { Cause, Clock, Duration, Effect, FiberMap, Queue, Ref, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, FiberMap, Option, Queue, Ref, Schedule } from "effect"
 
 import {
   type CellHandlers,
@@ -19,11 +21,12 @@ import {
 } from "../Cells/Protocol.js"
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
+import type { Budget } from "../Domain/RunState.js"
 import { CurrentShare } from "../Kernel/FairShare.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
-import type { ActorOptions } from "./RunActor.js"
+import type { ActorMemory, ActorOptions } from "./RunActor.js"
 
 export interface Cell {
   readonly id: CellId
@@ -77,12 +80,21 @@ export const make = (id: CellId, options: CellOptions) =>
     const streams = { total: 0, byActor: new Map<string, number>() }
     const cellLabel = cellKey(id)
 
-    // The alarm: runs waiting for a human hold no fiber; one loop per cell revives each at its
-    // deadline (approval expiry), or earlier when a decision starts it.
+    // The cell's timers, one loop for all (below), on Effect's Clock.
+    // Alarms: runs waiting for a human hold no fiber; the loop revives each at its deadline
+    // (approval expiry), or earlier when a decision starts it.
     const alarms = new Map<string, number>()
-    const alarmChanged = yield* Queue.sliding<void>(1)
+    // Deadlines: a run's actor holds no timer either. It registers the deadline of the phase it is
+    // in (RunActor's `within`) and clears it when it leaves the phase; when one passes, the loop
+    // interrupts that actor and starts it again told which budget ran out (`expireActor`).
+    const deadlines = new Map<string, { readonly at: number; readonly budget: Budget; readonly memory: ActorMemory }>()
+    // When the loop wakes next (-Infinity while it looks): a timer due later needs no wake-up, so a
+    // run's deadlines cost no fiber of the loop's (it re-arms its sleep only for an earlier one).
+    let armedAt = Number.NEGATIVE_INFINITY
+    const timersChanged = yield* Queue.sliding<void>(1)
+    const rearmBefore = (at: number) => at < armedAt ? Queue.offer(timersChanged, undefined) : Effect.void
     const wakeAt = (runId: string, at: Date) =>
-      Effect.zipRight(Effect.sync(() => alarms.set(runId, at.getTime())), Queue.offer(alarmChanged, undefined)).pipe(
+      Effect.zipRight(Effect.sync(() => alarms.set(runId, at.getTime())), rearmBefore(at.getTime())).pipe(
         Effect.zipRight(holdAlive)
       )
 
@@ -106,8 +118,22 @@ export const make = (id: CellId, options: CellOptions) =>
       }
     }).pipe(Effect.interruptible, Effect.forkScoped)
 
-    const supervised = (runId: string): Effect.Effect<void> =>
-      options.runActor(runId, { slots, cellGeneration: generation, wakeAt, quotaLimits: Ref.get(quotaLimits) }).pipe(
+    /** The actor of `runId`; `expired`: the budget that ran out while its previous start worked. */
+    const supervised = (runId: string, memory: ActorMemory = {}, expired?: Budget): Effect.Effect<void> =>
+      options.runActor(runId, {
+        slots,
+        cellGeneration: generation,
+        wakeAt,
+        deadline: (at, budget) =>
+          Effect.suspend(() => {
+            deadlines.set(runId, { at: at.getTime(), budget, memory })
+            return rearmBefore(at.getTime())
+          }),
+        clearDeadline: Effect.sync(() => void deadlines.delete(runId)),
+        expired,
+        memory,
+        quotaLimits: Ref.get(quotaLimits)
+      }).pipe(
         Effect.sandbox,
         Effect.tapError((cause) =>
           Cause.isInterruptedOnly(cause)
@@ -125,8 +151,22 @@ export const make = (id: CellId, options: CellOptions) =>
     const startActor = (runId: string) =>
       Effect.zipRight(holdAlive, Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true })))
 
+    /**
+     * A budget ran out (contract part 8): the actor's work in flight is interrupted, and once it has
+     * stopped (its slot released) the actor starts again with the budget, ending the run with it as
+     * before: a write whose outcome is unknown still wins (`outcome_unknown`). A defect there restarts
+     * it like any other.
+     */
+    const expireActor = (runId: string, budget: Budget, memory: ActorMemory) =>
+      Option.match(FiberMap.unsafeGet(actors, runId), {
+        onNone: () => Effect.void,
+        onSome: (working) =>
+          Effect.asVoid(FiberMap.run(actors, runId, Effect.zipRight(Fiber.await(working), supervised(runId, memory, budget))))
+      })
+
     yield* Effect.gen(function*() {
       while (true) {
+        armedAt = Number.NEGATIVE_INFINITY
         const now = yield* Clock.currentTimeMillis
         let next = Number.POSITIVE_INFINITY
         for (const [runId, at] of alarms) {
@@ -135,9 +175,16 @@ export const make = (id: CellId, options: CellOptions) =>
             yield* startActor(runId)
           } else next = Math.min(next, at)
         }
+        for (const [runId, deadline] of deadlines) {
+          if (deadline.at <= now) {
+            deadlines.delete(runId)
+            yield* expireActor(runId, deadline.budget, deadline.memory)
+          } else next = Math.min(next, deadline.at)
+        }
+        armedAt = next
         yield* next === Number.POSITIVE_INFINITY
-          ? Queue.take(alarmChanged)
-          : Effect.raceFirst(Queue.take(alarmChanged), Effect.sleep(Duration.millis(next - now)))
+          ? Queue.take(timersChanged)
+          : Effect.raceFirst(Queue.take(timersChanged), Effect.sleep(Duration.millis(next - now)))
       }
     }).pipe(Effect.interruptible, Effect.forkScoped)
 
@@ -170,6 +217,7 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.gen(function*() {
           alarms.clear()
           yield* FiberMap.clear(actors)
+          deadlines.clear()
           for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
         }),
       OpenStream: ({ actorId }) => Effect.tap(Effect.sync(() => openStream(actorId)), (reply) => reply.opened ? holdAlive : Effect.void),

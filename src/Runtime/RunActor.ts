@@ -7,15 +7,18 @@
  * every change of status goes through the state machine under the run's row lock, so the actor and
  * a concurrent cancel request cannot both win.
  *
- * Time budgets (contract part 8, the earliest wins) are timeouts on Effect's Clock:
+ * Time budgets (contract part 8, the earliest wins) are deadlines on Effect's Clock, held by the
+ * cell (one loop per cell for all its runs, src/Runtime/Cell.ts), not timers raced by the actor:
  *   - queued: until min(start deadline, authorization expiry), waiting for a cell execution slot;
  *   - running: until min(execution deadline, authorization expiry).
- * A budget that runs out interrupts the work in flight and ends the run `expired`, with the budget
- * as `status_reason`. Before starting and before each model call, the key that created the run is
+ * The actor registers its phase's deadline with the cell and clears it when it leaves the phase
+ * (`within`). A budget that runs out: the cell interrupts the work in flight and starts the actor
+ * again with the budget (`expired`), which ends the run `expired`, with the budget as
+ * `status_reason`. Before starting and before each model call, the key that created the run is
  * checked again: revoked -> `failed` (`authorization_revoked`); its environment or tenant being
  * deleted -> `cancelled` (`environment_deleted`, D19).
  */
-import { Clock, Duration, Effect, Either, Option, Schedule, Schema } from "effect"
+import { Clock, Effect, Either, Option, Schedule, Schema } from "effect"
 
 import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
@@ -48,17 +51,6 @@ const modelFailureReason: Record<string, string> = {
   ModelFailed: "model_failed"
 }
 
-type Outcome = "done" | RunState.Budget
-
-/** Runs `work` until `deadline`; past it, the work is interrupted and `budget` is returned. */
-const within = <A, E, R>(deadline: Date, budget: RunState.Budget, work: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Clock.currentTimeMillis, (now): Effect.Effect<Outcome, E, R> =>
-    Effect.timeoutTo(work, {
-      duration: Duration.millis(Math.max(0, deadline.getTime() - now)),
-      onSuccess: (): Outcome => "done",
-      onTimeout: (): Outcome => budget
-    }))
-
 /** The earliest of the applicable deadlines, and the budget it belongs to. */
 const earliest = (...candidates: ReadonlyArray<readonly [Date | null, RunState.Budget]>) =>
   candidates
@@ -82,12 +74,29 @@ export const endingOf = (authorization: Authorization): Trigger | undefined =>
     ? Trigger.EnvironmentDeleted()
     : Trigger.Fail({ reason: "authorization_revoked" })
 
+/** What an actor hands over to its next start by the cell, when a budget ran out under it. */
+export interface ActorMemory {
+  /** the run's start, not committed yet (see `pendingStart`) */
+  pendingStart?: Commit | undefined
+}
+
 export interface ActorOptions {
   /** The cell's execution slots: a queued run waits for one within its start deadline. */
   readonly slots: Effect.Semaphore
   readonly cellGeneration: number
   /** Revives this run's actor at `at` (an approval's expiry): the cell's alarm, not a held fiber. */
   readonly wakeAt: (runId: string, at: Date) => Effect.Effect<void>
+  /**
+   * Sets this run's deadline in the cell's schedule (it replaces the one set before): when it
+   * passes, the cell interrupts this actor and starts it again with `expired` = `budget`.
+   */
+  readonly deadline: (at: Date, budget: RunState.Budget) => Effect.Effect<void>
+  /** Removes this run's deadline from the cell's schedule (the phase it covered is over). */
+  readonly clearDeadline: Effect.Effect<void>
+  /** The budget that ran out while the actor's previous start worked: this start ends the run with it. */
+  readonly expired: RunState.Budget | undefined
+  /** Kept by the cell across the actor's starts (for an expiry: the start the run was driven with). */
+  readonly memory: ActorMemory
   /** The cell's quota limits now (D16; D20: its files and memory values fit `storage_bytes`). */
   readonly quotaLimits: Effect.Effect<QuotaLimits>
 }
@@ -115,12 +124,12 @@ export const run = (runId: string, options: ActorOptions) =>
      */
     const commit = <E = never>(...commits: ReadonlyArray<Commit<E>>) =>
       Effect.suspend(() => {
-        const start = pendingStart
-        pendingStart = undefined
+        const start = memory.pendingStart
+        memory.pendingStart = undefined
         return repo.commitAll(runId, start === undefined ? commits : [start, ...commits], options.cellGeneration).pipe(
           Effect.map(Either.isRight),
           // nothing was committed (a file that did not fit rolled it back): the start goes with the next one
-          Effect.tapError(() => Effect.sync(() => void (pendingStart ??= start)))
+          Effect.tapError(() => Effect.sync(() => void (memory.pendingStart ??= start)))
         )
       })
 
@@ -128,18 +137,33 @@ export const run = (runId: string, options: ActorOptions) =>
      * The run's start, not committed yet: it goes with the run's next commit (issue 20: a step that
      * answers at once commits start, answer and end in one transaction). Anything that leaves the
      * process (a remote model, a tool, a sleep) commits it first (`flushStart`), so the run is
-     * `running` while it waits. Kept in the actor only, so a crash before the commit leaves the run
-     * `queued`, and the next owner starts it again.
+     * `running` while it waits. Kept in the process only, so a crash before the commit leaves the run
+     * `queued`, and the next owner starts it again. It is in `memory` (the cell's) so that when a
+     * budget runs out under it, the actor started again to end the run commits it first, as the
+     * interrupted one would have; any other start of the actor (a defect) reads the run afresh.
      */
-    let pendingStart: Commit | undefined
+    const memory = options.memory
+    if (options.expired === undefined) memory.pendingStart = undefined
     /** Commits a pending start on its own; false when the run may no longer be driven by this actor. */
-    const flushStart = Effect.suspend(() => (pendingStart === undefined ? Effect.succeed(true) : commit()))
+    const flushStart = Effect.suspend(() => (memory.pendingStart === undefined ? Effect.succeed(true) : commit()))
 
     const load = Effect.map(repo.starting(runId), Option.getOrUndefined)
 
     /** A budget ran out (an unknown write outcome still wins: `outcome_unknown`). */
     const expire = (budget: RunState.Budget) =>
       ToolCalls.endUnfinished(commit, runId, Trigger.Expire({ budget }), `the ${budget} budget ran out while the outcome was unknown`)
+
+    /**
+     * Runs `work` under `deadline`, which the cell holds (no timer of the actor's own): already past,
+     * the run expires at once; passing during `work`, the cell interrupts it and starts this actor
+     * again with `expired` (above).
+     */
+    const within = <A, E, R>(deadline: Date, budget: RunState.Budget, work: Effect.Effect<A, E, R>) =>
+      Effect.gen(function*() {
+        if (deadline.getTime() <= (yield* Clock.currentTimeMillis)) return yield* expire(budget)
+        yield* options.deadline(deadline, budget)
+        yield* work
+      }).pipe(Effect.ensuring(options.clearDeadline))
 
     /** The trigger that ends the run when it may no longer act, or undefined when it may. */
     const unauthorized = (row: RunRow) => Effect.map(platform.authorization(row), endingOf)
@@ -331,32 +355,34 @@ export const run = (runId: string, options: ActorOptions) =>
           [row.start_deadline_at, "start_deadline_exceeded"],
           [row.authorization_expires_at, "authorization_expired"]
         )
-        // The start deadline covers only the wait for an execution slot (and the start itself).
-        const waited = yield* within(deadline, budget, options.slots.take(1))
-        if (waited !== "done") return yield* expire(waited)
-        yield* Effect.gen(function*() {
-          // the key, the revision and the window in one read (DispatchReads)
-          const first = yield* reads.first(row, budgets.contextBytes)
-          const ending = endingOf(first.authorization)
-          if (ending !== undefined) {
-            yield* commit({ trigger: ending })
-            return
-          }
-          // The start is committed with the first step's answer when that answers at once, else
-          // before the step (`flushStart`); the run is driven as started from now.
-          const now = yield* Clock.currentTimeMillis
-          pendingStart = {
-            trigger: Trigger.Start(),
-            data: { cell_generation: options.cellGeneration },
-            executionSeconds: budgets.executionSeconds
-          }
-          yield* phaseRunning({
-            ...row,
-            status: "running",
-            started_at: new Date(now),
-            execution_deadline_at: new Date(now + budgets.executionSeconds * 1000)
-          }, first)
-        }).pipe(Effect.ensuring(options.slots.release(1)))
+        // The start deadline covers only the wait for an execution slot: holding one, the run starts.
+        yield* within(deadline, budget, options.slots.withPermits(1)(Effect.zipRight(options.clearDeadline, starting(row))))
+      })
+
+    /** Starts a queued run that holds an execution slot, then drives it. */
+    const starting = (row: RunRow) =>
+      Effect.gen(function*() {
+        // the key, the revision and the window in one read (DispatchReads)
+        const first = yield* reads.first(row, budgets.contextBytes)
+        const ending = endingOf(first.authorization)
+        if (ending !== undefined) {
+          yield* commit({ trigger: ending })
+          return
+        }
+        // The start is committed with the first step's answer when that answers at once, else
+        // before the step (`flushStart`); the run is driven as started from now.
+        const now = yield* Clock.currentTimeMillis
+        memory.pendingStart = {
+          trigger: Trigger.Start(),
+          data: { cell_generation: options.cellGeneration },
+          executionSeconds: budgets.executionSeconds
+        }
+        yield* phaseRunning({
+          ...row,
+          status: "running",
+          started_at: new Date(now),
+          execution_deadline_at: new Date(now + budgets.executionSeconds * 1000)
+        }, first)
       })
 
     const phaseRunning = (row: RunRow, first?: FirstDispatch) =>
@@ -365,8 +391,7 @@ export const run = (runId: string, options: ActorOptions) =>
           [row.execution_deadline_at, "execution_deadline_exceeded"],
           [row.authorization_expires_at, "authorization_expired"]
         )
-        const outcome = yield* within(deadline, budget, drive(row, first))
-        if (outcome !== "done") yield* expire(outcome)
+        yield* within(deadline, budget, drive(row, first))
       })
 
     const phaseWaiting = (row: RunRow) =>
@@ -379,6 +404,8 @@ export const run = (runId: string, options: ActorOptions) =>
         yield* expire(authorization <= approvalEnd ? "authorization_expired" : "approval_expired")
       })
 
+    // A budget ran out while the previous start worked (the cell interrupted it): the run ends with it.
+    if (options.expired !== undefined) return yield* expire(options.expired)
     const row = yield* load
     if (!row) return
     switch (row.status) {
