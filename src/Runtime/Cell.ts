@@ -88,9 +88,10 @@ export const make = (id: CellId, options: CellOptions) =>
     // in (RunActor's `within`) and clears it when it leaves the phase; when one passes, the loop
     // interrupts that actor and starts it again told which budget ran out (`expireActor`).
     const deadlines = new Map<string, { readonly at: number; readonly budget: Budget; readonly memory: ActorMemory }>()
-    // When the loop wakes next (-Infinity while it looks): a timer due later needs no wake-up, so a
-    // run's deadlines cost no fiber of the loop's (it re-arms its sleep only for an earlier one).
-    let armedAt = Number.NEGATIVE_INFINITY
+    // When the loop wakes next (Infinity while it looks, or when it waits for nothing): a timer due
+    // later needs no wake-up, so a run's deadlines cost no fiber of the loop's (it re-arms its sleep
+    // only for an earlier one).
+    let armedAt = Number.POSITIVE_INFINITY
     const timersChanged = yield* Queue.sliding<void>(1)
     const rearmBefore = (at: number) => at < armedAt ? Queue.offer(timersChanged, undefined) : Effect.void
     const wakeAt = (runId: string, at: Date) =>
@@ -166,7 +167,7 @@ export const make = (id: CellId, options: CellOptions) =>
 
     yield* Effect.gen(function*() {
       while (true) {
-        armedAt = Number.NEGATIVE_INFINITY
+        armedAt = Number.POSITIVE_INFINITY
         const now = yield* Clock.currentTimeMillis
         let next = Number.POSITIVE_INFINITY
         for (const [runId, at] of alarms) {
