@@ -14,7 +14,7 @@ import { defaultQuotaDefaults } from "../../src/Config/QuotaDefaults.js"
 import * as Rows from "../../src/Database/Rows.js"
 import { EnvironmentName } from "../../src/Kernel/Ids.js"
 import { countAdmission } from "../../src/Quotas/Repo.js"
-import { admissionStatement } from "../../src/Runs/Repo.js"
+import { admissionStatement } from "../../src/Runs/Statements.js"
 
 const Conversation = Schema.Struct({
   id: Schema.String,

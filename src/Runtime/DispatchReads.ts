@@ -14,8 +14,8 @@ import { Agents } from "../Agents.js"
 import { RevisionContext, revisionContextQuery } from "../Agents/Repo.js"
 import { Platform } from "../Platform.js"
 import { Authorization, authorizationOf, authorizationQuery } from "../Platform/Repo.js"
-import { itemsQuery } from "../Runs/Repo.js"
 import { RunStore } from "../Runs/RunStore.js"
+import { itemsQuery } from "../Runs/Statements.js"
 
 /** The run as these reads need it. */
 export interface Dispatched {
