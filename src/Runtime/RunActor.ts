@@ -26,7 +26,6 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { ConversationItem, type StepResult } from "../Domain/Conversation.js"
 import { MEMORY_TOOLS } from "../Domain/Memory.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
-import { MAX_RUN_TEXT } from "../Domain/Runs.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
 import { sharedBy, Shares } from "../Kernel/Shares.js"
@@ -35,6 +34,7 @@ import { answersAtOnce, StepEngine } from "../Models/StepEngine.js"
 import { Platform } from "../Platform.js"
 import type { Authorization } from "../Platform/Repo.js"
 import { type Commit, type RunRow, RunStore } from "../Runs/RunStore.js"
+import { stepCommits, type StepModel } from "../Runs/StepCommits.js"
 import { Tools } from "../Tools.js"
 import { DispatchReads, type FirstDispatch } from "./DispatchReads.js"
 import * as RunFiles from "./RunFiles.js"
@@ -274,78 +274,15 @@ export const run = (runId: string, options: ActorOptions) =>
         yield* commit({ trigger: Trigger.Fail({ reason: "max_steps_exceeded" }) })
       })
 
-    /** Commits a step's result; `true` when the run is over (or no longer ours to drive). */
+    /** Commits a step's result (`stepCommits`); `true` when the run is over (or no longer ours to drive). */
     const commitStep = (
-      agent: { model_profile_id: string; provider: string; model: string },
+      agent: StepModel,
       result: StepResult,
       /** the files of the answer (D13), committed before it */
       files: ReadonlyArray<RunFiles.OutputFile>
     ) => {
-      const usage = [{
-        kind: "model_call" as const,
-        model_profile_id: agent.model_profile_id,
-        provider: agent.provider,
-        model: agent.model,
-        input_tokens: result.usage.input_tokens,
-        output_tokens: result.usage.output_tokens
-      }]
-      const providerRequestId = result.provider_request_id === undefined ? {} : { provider_request_id: result.provider_request_id }
-      if ((result.text ?? "").length > MAX_RUN_TEXT) {
-        // D19: an answer over the limit ends the run; its usage is still recorded, its text is not kept.
-        return Effect.as(
-          commit({
-            trigger: Trigger.Fail({ reason: "output_too_large" }),
-            data: {
-              error: {
-                type: "output_too_large",
-                message: `The model answered ${(result.text ?? "").length} characters; a run's output holds at most ${MAX_RUN_TEXT}`
-              },
-              ...providerRequestId
-            },
-            usage
-          }),
-          true
-        )
-      }
-      if (result._tag === "Final") {
-        const content = [{ type: "text" as const, text: result.text }]
-        return Effect.as(
-          RunFiles.committedWithFiles(commit, files, [
-            {
-              trigger: Trigger.Message(),
-              data: {
-                role: "assistant",
-                content,
-                usage: { input_tokens: result.usage.input_tokens, output_tokens: result.usage.output_tokens },
-                ...providerRequestId
-              },
-              items: [{ type: "assistant_message", text: result.text }],
-              usage
-            },
-            { trigger: Trigger.Succeed(), data: { output: content }, output: content }
-          ]),
-          true
-        )
-      }
-      // Proposed tool calls: recorded with the step; the loop resolves them before the next model call.
-      return Effect.as(
-        RunFiles.committedWithFiles(commit, files, [{
-          trigger: Trigger.Message(),
-          data: {
-            role: "assistant",
-            content: result.text === undefined || result.text === "" ? [] : [{ type: "text", text: result.text }],
-            tool_calls: result.calls.map((c) => ({ tool_call_id: c.call_id, name: c.name, input: c.input })),
-            usage: { input_tokens: result.usage.input_tokens, output_tokens: result.usage.output_tokens },
-            ...providerRequestId
-          },
-          items: [
-            ...(result.text === undefined || result.text === "" ? [] : [{ type: "assistant_message", text: result.text }]),
-            ...result.calls.map((c) => ({ type: "tool_call", call_id: c.call_id, name: c.name, input: c.input }))
-          ],
-          usage
-        }]),
-        false
-      )
+      const step = stepCommits(agent, result)
+      return Effect.as(step.withFiles ? RunFiles.committedWithFiles(commit, files, step.commits) : commit(...step.commits), step.ends)
     }
 
     // ---- the phases --------------------------------------------------------------------------
