@@ -66,7 +66,9 @@ export const killAllChildren = async () => {
  * process group; resolves once it logs "listening on". `env` adds to or overrides the environment.
  */
 export const startChild = async (databaseUrl: string, env: Record<string, string> = {}): Promise<ChildServer> => {
-  const port = await freePort()
+  // not the runner port a caller chose (also free, and not bound yet: the OS may hand it out again)
+  let port = await freePort()
+  while (String(port) === env["RUNNER_PORT"]) port = await freePort()
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-child-"))
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: repoRoot,
