@@ -149,8 +149,24 @@ export const make = (id: CellId, options: CellOptions) =>
         Effect.provideService(CurrentShare, cellLabel)
       )
 
+    /**
+     * Runs told to start while their actor was still at work: e.g. a decision that committed while
+     * the actor was parking the run (between its commit of `requires_action` and its end), whose
+     * `StartRun` found the actor still there. Such an actor starts once more when it ends, reading
+     * the run as it is then (else the run would wait for its alarm, the approval's expiry).
+     */
+    const startAgain = new Set<string>()
+    const actorOf = (runId: string): Effect.Effect<void> =>
+      Effect.zipRight(
+        supervised(runId),
+        // told to start meanwhile: what the command would have done (the alarm it set is superseded)
+        Effect.suspend(() => (startAgain.delete(runId)
+          ? Effect.zipRight(Effect.sync(() => alarms.delete(runId)), actorOf(runId))
+          : Effect.void)
+        )
+      )
     const startActor = (runId: string) =>
-      Effect.zipRight(holdAlive, Effect.asVoid(FiberMap.run(actors, runId, supervised(runId), { onlyIfMissing: true })))
+      Effect.zipRight(holdAlive, Effect.asVoid(FiberMap.run(actors, runId, actorOf(runId), { onlyIfMissing: true })))
 
     /**
      * A budget ran out (contract part 8): the actor's work in flight is interrupted, and once it has
@@ -211,12 +227,23 @@ export const make = (id: CellId, options: CellOptions) =>
     const handlers: CellHandlers = {
       AdmitRequest: () => Effect.map(limiter.take, (d) => ({ ...d, policy, state: RateLimiter.stateHeader(d) })),
       GetGeneration: () => Effect.succeed(generation),
-      StartRun: ({ runId }) => Effect.zipRight(Effect.sync(() => alarms.delete(runId)), startActor(runId)),
+      StartRun: ({ runId }) =>
+        Effect.suspend(() => {
+          alarms.delete(runId)
+          if (!FiberMap.unsafeHas(actors, runId)) return startActor(runId)
+          startAgain.add(runId)
+          return Effect.void
+        }),
       ResumeRuns: ({ runIds }) => Effect.forEach(runIds, (runId) => alarms.has(runId) ? Effect.void : startActor(runId), { discard: true }),
-      CancelRun: ({ runId }) => Effect.zipRight(FiberMap.remove(actors, runId), options.completeCancel(runId, generation)),
+      CancelRun: ({ runId }) =>
+        Effect.zipRight(
+          Effect.zipRight(Effect.sync(() => startAgain.delete(runId)), FiberMap.remove(actors, runId)),
+          options.completeCancel(runId, generation)
+        ),
       EndRuns: () =>
         Effect.gen(function*() {
           alarms.clear()
+          startAgain.clear()
           yield* FiberMap.clear(actors)
           deadlines.clear()
           for (const runId of yield* options.openRuns(id)) yield* options.endForDeletion(runId, generation)
