@@ -293,7 +293,18 @@ export const run = (runId: string, options: ActorOptions) =>
           [row.authorization_expires_at, "authorization_expired"]
         )
         // The start deadline covers only the wait for an execution slot: holding one, the run starts.
-        yield* within(deadline, budget, options.slots.withPermits(1)(Effect.zipRight(options.clearDeadline, starting(row))))
+        // A slot that comes when the deadline has passed (freed in the same instant) is too late: the
+        // run expires, as it would have had the cell's loop ended it first.
+        yield* within(
+          deadline,
+          budget,
+          options.slots.withPermits(1)(
+            Effect.zipRight(
+              options.clearDeadline,
+              Effect.flatMap(Clock.currentTimeMillis, (now) => now >= deadline.getTime() ? expire(budget) : starting(row))
+            )
+          )
+        )
       })
 
     /** Starts a queued run that holds an execution slot, then drives it. */
