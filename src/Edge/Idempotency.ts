@@ -21,6 +21,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Conflict } from "../Kernel/Errors.js"
 import { canonicalJson } from "../Kernel/Json.js"
 import { traced } from "../Kernel/Spans.js"
+import type { RefineReplay } from "../Kernel/UnitOfWork.js"
 import { IdempotencyRepo, type Scope, type StoredResponse } from "./IdempotencyRepo.js"
 
 export type { Scope, StoredResponse }
@@ -71,7 +72,7 @@ export const storedForm = (
  */
 export interface Gate {
   readonly check: (
-    refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+    refine?: RefineReplay
   ) => Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>, Conflict>
   outcome: "pending" | "passed" | "replayed" | "refused"
 }

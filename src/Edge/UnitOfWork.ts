@@ -14,7 +14,7 @@ import { Effect, FiberRef, Layer, Option } from "effect"
 import type { Conflict } from "../Kernel/Errors.js"
 import type { CellRef, Principal } from "../Kernel/Principal.js"
 import { currentRequestId } from "../Kernel/RequestId.js"
-import { type ActingUser, type StoredResponse, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
+import { type ActingUser, type RefineReplay, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
 import type { Gate } from "./Idempotency.js"
 
 export interface RequestState {
@@ -49,7 +49,7 @@ const withState = <A>(f: (state: RequestState | undefined) => Effect.Effect<A>) 
 /** A mutation's gate (a read has none): a stored response instead of `run`, a 409, or `run`. */
 const gated = <A, E, R>(
   run: Effect.Effect<A, E, R>,
-  refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+  refine?: RefineReplay
 ): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R> =>
   Effect.flatMap(FiberRef.get(currentState), (state) => {
     const gate = state?.gate

@@ -3,13 +3,13 @@
  * the same body shape as a missing resource (D3), never 403.
  */
 import type { HttpServerResponse } from "@effect/platform"
-import { Effect, type Option } from "effect"
+import { Effect } from "effect"
 
 import { type Conflict, missingScope, NotFound, PermissionDenied } from "./Errors.js"
 import type { EnvironmentName } from "./Ids.js"
 import { type CellRef, CurrentPrincipal, type Principal } from "./Principal.js"
 import type { Scope } from "./Scopes.js"
-import { type StoredResponse, UnitOfWork } from "./UnitOfWork.js"
+import { type RefineReplay, UnitOfWork } from "./UnitOfWork.js"
 
 export const ownTenant = (tenantId: string): Effect.Effect<Principal, NotFound, CurrentPrincipal> =>
   Effect.flatMap(CurrentPrincipal, (p) =>
@@ -79,10 +79,7 @@ export interface CellRequest {
  * mutation passes its idempotency gate (the `UnitOfWork`'s): a stored response is replayed as it
  * was (or as `refine` reads it), else the handler runs. Reads go straight on.
  */
-const gated = <A, E, R>(run: Effect.Effect<A, E, R>, refine?: Refine) => Effect.flatMap(UnitOfWork, (work) => work.gated(run, refine))
-
-/** How a capability reads its own stored answer on a replay (none: as it was stored). */
-export type Refine = (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+const gated = <A, E, R>(run: Effect.Effect<A, E, R>, refine?: RefineReplay) => Effect.flatMap(UnitOfWork, (work) => work.gated(run, refine))
 
 /**
  * A handler of an operation of the caller's cell: runs with the principal once the path's tenant
@@ -91,7 +88,7 @@ export type Refine = (stored: StoredResponse) => Effect.Effect<Option.Option<Sto
  */
 export const inCell = <Req extends CellRequest, A, E, R>(
   handler: (principal: Gated<Principal>, request: Req) => Effect.Effect<A, E, R>,
-  refine?: Refine
+  refine?: RefineReplay
 ) =>
 (
   request: Req

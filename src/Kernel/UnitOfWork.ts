@@ -39,6 +39,9 @@ export interface ActingUser {
   readonly id: string
 }
 
+/** How a capability reads its own stored answer on a replay (none: as it was stored). */
+export type RefineReplay = (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+
 export interface UnitOfWorkShape {
   /**
    * Past the request's checks (tenancy, scopes, validation), a mutation passes its idempotency gate:
@@ -47,7 +50,7 @@ export interface UnitOfWorkShape {
    */
   readonly gated: <A, E, R>(
     run: Effect.Effect<A, E, R>,
-    refine?: (stored: StoredResponse) => Effect.Effect<Option.Option<StoredResponse>>
+    refine?: RefineReplay
   ) => Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R>
   /** Sets a header of the request's answer (names are case-insensitive). */
   readonly setHeader: (name: string, value: string) => Effect.Effect<void>
