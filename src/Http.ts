@@ -2,7 +2,7 @@
  * The HTTP application: the one HttpApi with its handlers, the OpenAPI document and its reference
  * page, wrapped in the request pipeline. `AppLive` adds the services; `main.ts` adds the server.
  */
-import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
+import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpRouter, HttpServer } from "@effect/platform"
 import { Effect, Layer } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
@@ -18,18 +18,20 @@ import { AuditLive } from "./Audit/Http.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { detachStreams } from "./Edge/Detached.js"
+import { compileEndpoints } from "./Edge/Endpoints.js"
 import { Idempotency } from "./Edge/Idempotency.js"
 import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { cellLanes, pipeline } from "./Edge/Pipeline.js"
 import { ROUTES } from "./Edge/Routes.js"
-import { DecodeErrorsLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
+import { RouterConfigLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
 import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
 import { UnitOfWorkLive } from "./Edge/UnitOfWork.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive, OperatorSettingsLive } from "./EnvironmentSettings/Http.js"
 import { Files } from "./Files.js"
 import { FilesLive } from "./Files/Http.js"
+import { HandlerRegistry } from "./Kernel/HttpGroup.js"
 import { Memory } from "./Memory.js"
 import { MemoryLive } from "./Memory/Http.js"
 import { Operator } from "./Operator.js"
@@ -102,9 +104,11 @@ const GroupsLive = Layer.mergeAll(
   OperatorSettingsLive
 )
 
+/** The HttpApi with every group's handlers (recorded in the `HandlerRegistry` for the pipeline). */
 export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(GroupsLive),
-  Layer.provide([ServiceKeyLive, OperatorAuthLive])
+  Layer.provide([ServiceKeyLive, OperatorAuthLive]),
+  Layer.provideMerge(HandlerRegistry.Live)
 )
 
 /** Services behind the handlers and the pipeline (they need AppConfig and a SqlClient). */
@@ -156,17 +160,24 @@ const DOCS_CONFIG = {
   authentication: { preferredSecurityScheme: "ServiceKey" }
 } as unknown as HttpApiScalar.ScalarConfig
 
-/** Serves the API through the pipeline (needs an HttpServer, AppConfig and a SqlClient). */
-// Like HttpApiBuilder.serve, but the pipeline wraps the *whole* app: the server writes the
-// response after the pipeline has added its headers and stored idempotent results.
-// The server's span around each request (named per operation, see Edge/Tracing.ts) wraps it all.
-const ServeLive = HttpApiBuilder.httpApp.pipe(
+/**
+ * Serves the API through the one pipeline (needs an HttpServer, AppConfig and a SqlClient): the
+ * HttpApi's endpoints compiled once (src/Edge/Endpoints.ts), the routes beside it (the OpenAPI
+ * document, /docs, /metrics) on the platform's router. The server writes the response after the
+ * pipeline has added its headers and stored idempotent results. The server's span around each
+ * request (named per operation, see Edge/Tracing.ts) wraps it all.
+ */
+const ServeLive = Effect.gen(function*() {
+  const { api, context } = yield* HttpApi.Api
+  const endpoints = compileEndpoints(api, (yield* HandlerRegistry).all(), context)
+  const beside = yield* HttpRouter.toHttpApp(yield* HttpApiBuilder.Router.router)
   // Request metrics wrap the pipeline, so every answer is counted and timed; a streaming body is
   // piped by Node after the request's fiber ended (Edge/Detached.ts).
-  Effect.map((app) => HttpServer.serve(cellLanes(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES)(app))))))),
+  return HttpServer.serve(cellLanes(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES, endpoints, beside))))))
+}).pipe(
   Layer.unwrapEffect,
   withRequestTracing,
-  Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer])
+  Layer.provide(HttpApiBuilder.Router.Live)
 )
 
 export const HttpLive = ServeLive.pipe(
@@ -178,7 +189,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(OpenApiDocLive),
-  Layer.provide(DecodeErrorsLive),
+  Layer.provide(RouterConfigLive),
   Layer.provide(ApiLive),
   Layer.provideMerge(ServicesLive)
 )

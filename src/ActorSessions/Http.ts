@@ -1,12 +1,12 @@
 /** Handlers of actor sessions (D9). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 
-export const ActorSessionsLive = HttpApiBuilder.group(
+export const ActorSessionsLive = HttpGroup.group(
   Api,
   "actor-sessions",
   (handlers) =>

@@ -1,12 +1,12 @@
 /** Handlers of approvals (D9). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
 import { Approvals } from "../Approvals.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 
-export const ApprovalsLive = HttpApiBuilder.group(Api, "approvals", (handlers) =>
+export const ApprovalsLive = HttpGroup.group(Api, "approvals", (handlers) =>
   Effect.map(Approvals, (approvals) =>
     handlers
       .handle("listApproval", inCell((p, { urlParams }) => approvals.list(p, urlParams)))

@@ -49,6 +49,7 @@ import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
 import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
+import type { Endpoint } from "./Endpoints.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
 import { bearerToken } from "./Metrics.js"
@@ -306,9 +307,12 @@ const prepared = (
     return { scope, fingerprint: Idempotency.fingerprint(request.method, path, body), parsed }
   })
 
+/** What answers a routed request: its endpoint (src/Edge/Endpoints.ts), or the routes beside the HttpApi. */
+type Serve = (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
+
 /** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
-const guarded = <E, R>(
-  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+const guarded = (
+  app: Serve,
   state: RequestState,
   address: string,
   trail: AuditTrail.Trail
@@ -336,7 +340,7 @@ const guarded = <E, R>(
     }
 
     if (!MUTATIONS.has(request.method)) {
-      return yield* app
+      return yield* app(request)
     }
 
     // An upload's staged file lives until its transaction is over (the handler copies it into the database).
@@ -354,7 +358,7 @@ const guarded = <E, R>(
     const idem = yield* Idempotency.Idempotency
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
-    const served = parsed === undefined ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, parsed)
+    const served = app(parsed ?? request)
     return yield* idem.detached(Effect.ensuring(transactional(served, state, scope, fingerprint, trail, principal), release))
   })
 
@@ -376,9 +380,8 @@ const publicV1 = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse
  * Routing before anything that depends on the key: 404 for a path no operation has, 405 for a wrong
  * method; the operation found.
  */
-const routed = (routes: ReadonlyArray<Route>, method: string, path: string, state: RequestState) =>
+const routed = (match: RouteMatch, method: string, state: RequestState) =>
   Effect.suspend((): Effect.Effect<Extract<RouteMatch, { _tag: "Found" }>, NotFound | MethodNotAllowed> => {
-    const match = matchRoute(routes, method, path)
     if (match._tag === "NoRoute") return new NotFound({ code: "route_not_found", message: "Unrecognized request URL" })
     if (match._tag === "WrongMethod") {
       state.headers["allow"] = match.allow.join(", ")
@@ -472,54 +475,64 @@ const rateStateOnRoutingError = (state: RequestState, address: string) =>
     (request) => request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(state, address))
   )
 
-/** The pipeline around the app serving `routes` (the HttpApi's `/v1` routes, `routesOf`). */
-export const pipeline = (routes: ReadonlyArray<Route>) =>
-  HttpMiddleware.make((app) =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
-      // The request's span (when tracing) carries the id its log lines and answer carry.
-      yield* annotateSpan({ request_id: state.requestId })
-      const path = pathOf(request.url)
-      const address = Option.getOrElse(request.remoteAddress, () => "unknown")
-      const v1 = path.startsWith("/v1/")
-      const operatorMatch = path.startsWith("/operator/v1/") ? matchRoute(routes, request.method, path) : undefined
-      const handled = v1
-        ? checkUrl(request.url).pipe(
-          Effect.zipRight(routed(routes, request.method, path, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
-          Effect.flatMap((match) =>
-            isPublicV1(path)
-              ? publicV1(app, state, address)
-              : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
-          )
+/**
+ * The service's one request pipeline: `routes` (the HttpApi's and those beside it, `routesOf`)
+ * matched once; a request for an endpoint is served by it (`endpoints`), any other by `beside`
+ * (the OpenAPI document, `/docs`, `/metrics`; its own 404 otherwise).
+ */
+export const pipeline = <R>(
+  routes: ReadonlyArray<Route>,
+  endpoints: ReadonlyMap<string, Endpoint>,
+  beside: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, R>
+) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
+    // The request's span (when tracing) carries the id its log lines and answer carry.
+    yield* annotateSpan({ request_id: state.requestId })
+    const path = pathOf(request.url)
+    const address = Option.getOrElse(request.remoteAddress, () => "unknown")
+    const v1 = path.startsWith("/v1/")
+    const match = matchRoute(routes, request.method, path)
+    const endpoint = match._tag === "Found" ? endpoints.get(match.operation) : undefined
+    const app: Serve = endpoint === undefined || match._tag !== "Found"
+      ? () => beside as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>
+      : (served) => endpoint.serve(served, match.params)
+    const handled = v1
+      ? checkUrl(request.url).pipe(
+        Effect.zipRight(routed(match, request.method, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
+        Effect.flatMap((match) =>
+          isPublicV1(path)
+            ? publicV1(app(request), state, address)
+            : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
         )
-        : operatorMatch?._tag === "Found"
-        ? Effect.zipRight(
-          operatorAuthLimited(state, address),
-          operatorPlane(app, state, AuditTrail.trailOf(operatorMatch, request.method, address))
-        )
-        : path === "/metrics"
-        ? Effect.zipRight(operatorAuthLimited(state, address), app)
-        : app
-      type Needs =
-        | HttpServerRequest.HttpServerRequest
-        | Auth
-        | Audit
-        | Cells
-        | Idempotency.Idempotency
-        | ActorSessions
-        | ClientLimiter
-        | OperatorToken
-        | AppConfig
-        | SqlClient.SqlClient
-        | FileSystem.FileSystem
-      const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
-        serving(state),
-        Effect.annotateLogs("request_id", state.requestId)
       )
-      return finish(response, state)
-    })
-  )
+      : path.startsWith("/operator/v1/") && match._tag === "Found"
+      ? Effect.zipRight(
+        operatorAuthLimited(state, address),
+        operatorPlane(app(request), state, AuditTrail.trailOf(match, request.method, address))
+      )
+      : path === "/metrics"
+      ? Effect.zipRight(operatorAuthLimited(state, address), app(request))
+      : app(request)
+    type Needs =
+      | HttpServerRequest.HttpServerRequest
+      | Auth
+      | Audit
+      | Cells
+      | Idempotency.Idempotency
+      | ActorSessions
+      | ClientLimiter
+      | OperatorToken
+      | AppConfig
+      | SqlClient.SqlClient
+      | FileSystem.FileSystem
+    const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
+      serving(state),
+      Effect.annotateLogs("request_id", state.requestId)
+    )
+    return finish(response, state)
+  })
 
 const CELL_PATH = /^\/v1\/tenants\/([^/?#]+)(?:\/environments\/([^/?#]+))?/
 

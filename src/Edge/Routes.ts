@@ -66,10 +66,27 @@ const best = (candidates: ReadonlyArray<Route>): Route | undefined => {
   return chosen
 }
 
+/** Routes by their number of segments: a request is compared with the routes of its length only. */
+const indexes = new WeakMap<ReadonlyArray<Route>, Map<number, ReadonlyArray<Route>>>()
+const indexOf = (routes: ReadonlyArray<Route>) => {
+  let index = indexes.get(routes)
+  if (index === undefined) {
+    const byLength = new Map<number, Array<Route>>()
+    for (const r of routes) {
+      const bucket = byLength.get(r.segments.length)
+      if (bucket === undefined) byLength.set(r.segments.length, [r])
+      else bucket.push(r)
+    }
+    index = byLength
+    indexes.set(routes, index)
+  }
+  return index
+}
+
 /** How `method path` meets the routes (HEAD is served wherever GET is). */
 export const matchRoute = (routes: ReadonlyArray<Route>, method: string, path: string): RouteMatch => {
   const parts = path.split("/").slice(1)
-  const here = routes.filter((r) => fits(r, parts))
+  const here = (indexOf(routes).get(parts.length) ?? []).filter((r) => fits(r, parts))
   if (here.length === 0) return { _tag: "NoRoute" }
   const chosen = best(here.filter((r) => r.method === method)) ??
     (method === "HEAD" ? best(here.filter((r) => r.method === "GET")) : undefined)

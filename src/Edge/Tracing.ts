@@ -44,9 +44,15 @@ export const requestSpanAttributes = HttpMiddleware.make((app) =>
   })
 )
 
-/** The server layer with its spans named per operation and the secret headers redacted. */
+/**
+ * The server layer with its spans named per operation and the secret headers redacted; with
+ * tracing off, without the platform's per-request server span at all (its URL parse, headers
+ * redaction and context copy cost every request even when the span is dropped).
+ */
 export const withRequestTracing = <A, E, R>(server: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
-  server.pipe(
-    HttpMiddleware.withSpanNameGenerator(requestSpanName),
-    Layer.locallyWith(Headers.currentRedactedNames, (names) => [...names, ...SECRET_HEADERS])
-  )
+  Layer.unwrapEffect(Effect.map(FiberRef.get(FiberRef.currentTracerEnabled), (enabled) =>
+    (enabled
+      ? HttpMiddleware.withSpanNameGenerator(server, requestSpanName)
+      : HttpMiddleware.withTracerDisabledWhen(server, () => true)).pipe(
+        Layer.locallyWith(Headers.currentRedactedNames, (names) => [...names, ...SECRET_HEADERS])
+      )))

@@ -1,12 +1,12 @@
 /** Handlers of environment settings (D16, D20): the environment's and the operator's. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
 import { EnvironmentSettings } from "../EnvironmentSettings.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 
-export const EnvironmentSettingsLive = HttpApiBuilder.group(
+export const EnvironmentSettingsLive = HttpGroup.group(
   Api,
   "settings",
   (handlers) =>
@@ -16,7 +16,7 @@ export const EnvironmentSettingsLive = HttpApiBuilder.group(
         .handle("updateSettings", inCell((p, { payload }) => settings.update(p, payload))))
 )
 
-export const OperatorSettingsLive = HttpApiBuilder.group(
+export const OperatorSettingsLive = HttpGroup.group(
   Api,
   "operator-settings",
   (handlers) =>

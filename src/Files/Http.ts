@@ -1,13 +1,14 @@
 /** Handlers of files (D13). */
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { HttpServerRequest } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
 import { Files } from "../Files.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Quotas } from "../Quotas.js"
 
-export const FilesLive = HttpApiBuilder.group(
+export const FilesLive = HttpGroup.group(
   Api,
   "files",
   (handlers) =>

@@ -1,13 +1,13 @@
 /** Handlers of workspace memory (D14). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Memory } from "../Memory.js"
 import { Quotas } from "../Quotas.js"
 
-export const MemoryLive = HttpApiBuilder.group(
+export const MemoryLive = HttpGroup.group(
   Api,
   "memory",
   (handlers) =>

@@ -1,8 +1,8 @@
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Redacted } from "effect"
 
 import { Api } from "../Api.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { OperatorAuth } from "../Kernel/Security.js"
 import { Operator } from "../Operator.js"
 import { Tools } from "../Tools.js"
@@ -20,7 +20,7 @@ export const OperatorAuthLive = Layer.effect(
     }))
 )
 
-export const OperatorLive = HttpApiBuilder.group(Api, "operator", (handlers) =>
+export const OperatorLive = HttpGroup.group(Api, "operator", (handlers) =>
   Effect.gen(function*() {
     const operator = yield* Operator
     const tools = yield* Tools

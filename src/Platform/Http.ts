@@ -1,13 +1,13 @@
 /** Handlers of the platform plane: each reads like its contract row. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell, inTenant } from "../Kernel/Policy.js"
 import { CurrentPrincipal } from "../Kernel/Principal.js"
 import { Platform } from "../Platform.js"
 
-export const TenantsLive = HttpApiBuilder.group(Api, "tenants", (handlers) =>
+export const TenantsLive = HttpGroup.group(Api, "tenants", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
       .handle("listTenants", ({ urlParams }) => Effect.flatMap(CurrentPrincipal, (p) => platform.listTenants(p, urlParams)))
@@ -15,7 +15,7 @@ export const TenantsLive = HttpApiBuilder.group(Api, "tenants", (handlers) =>
       .handle("updateTenant", inTenant((p, { payload }) => platform.updateTenant(p, payload.name)))
       .handle("deleteTenant", inTenant((p) => platform.deleteTenant(p)))))
 
-export const EnvironmentsLive = HttpApiBuilder.group(Api, "environments", (handlers) =>
+export const EnvironmentsLive = HttpGroup.group(Api, "environments", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
       .handle("listEnvironments", inTenant((p, { urlParams }) => platform.listEnvironments(p, urlParams)))
@@ -23,7 +23,7 @@ export const EnvironmentsLive = HttpApiBuilder.group(Api, "environments", (handl
       .handle("deleteEnvironment", inCell((p) => platform.deleteEnvironment(p)))
       .handle("getDeletionJob", inCell((p, { path }) => platform.getDeletionJob(p, path.deletion_job_id)))))
 
-export const ApiKeysLive = HttpApiBuilder.group(Api, "api-keys", (handlers) =>
+export const ApiKeysLive = HttpGroup.group(Api, "api-keys", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
       .handle("listApiKey", inCell((p, { urlParams }) => platform.listApiKeys(p, urlParams)))
@@ -31,7 +31,7 @@ export const ApiKeysLive = HttpApiBuilder.group(Api, "api-keys", (handlers) =>
       .handle("rotateApiKey", inCell((p, { path, payload }) => platform.rotateApiKey(p, path.key_id, payload.grace_seconds)))
       .handle("revokeApiKey", inCell((p, { path }) => platform.revokeApiKey(p, path.key_id)))))
 
-export const UsersLive = HttpApiBuilder.group(Api, "users", (handlers) =>
+export const UsersLive = HttpGroup.group(Api, "users", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
       .handle("listUser", inCell((p, { urlParams }) => platform.listUsers(p, urlParams)))
@@ -40,7 +40,7 @@ export const UsersLive = HttpApiBuilder.group(Api, "users", (handlers) =>
       .handle("updateUser", inCell((p, { path, payload }) => platform.updateUser(p, path.user_id, payload)))
       .handle("deleteUser", inCell((p, { path }) => platform.deleteUser(p, path.user_id)))))
 
-export const ServiceActorsLive = HttpApiBuilder.group(Api, "service-actors", (handlers) =>
+export const ServiceActorsLive = HttpGroup.group(Api, "service-actors", (handlers) =>
   Effect.map(Platform, (platform) =>
     handlers
       .handle("listServiceActor", inCell((p, { urlParams }) => platform.listServiceActors(p, urlParams)))

@@ -1,9 +1,9 @@
 /** Handlers of the production request (D17): the tenant's on its sandbox, the operator's decisions. */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
 import { NotFound } from "../Kernel/Errors.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { type CellRequest, type Gated, inCell } from "../Kernel/Policy.js"
 import type { Principal } from "../Kernel/Principal.js"
 import { ProductionRequests } from "../ProductionRequests.js"
@@ -20,7 +20,7 @@ const inSandbox = <Req extends CellRequest, A, E, R>(handler: (principal: Gated<
   return (request: Req) => (request.path.environment === "sandbox" ? run(request) : Effect.fail(notOnProduction))
 }
 
-export const ProductionRequestsLive = HttpApiBuilder.group(
+export const ProductionRequestsLive = HttpGroup.group(
   Api,
   "production-request",
   (handlers) =>
@@ -30,7 +30,7 @@ export const ProductionRequestsLive = HttpApiBuilder.group(
         .handle("getProductionRequest", inSandbox((p) => requests.latest(p))))
 )
 
-export const OperatorProductionRequestsLive = HttpApiBuilder.group(
+export const OperatorProductionRequestsLive = HttpGroup.group(
   Api,
   "operator-production-requests",
   (handlers) =>

@@ -1,18 +1,19 @@
 /** Handlers of conversations, runs and events (contract part 4 rows; D7, D8). */
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Runs } from "../Runs.js"
 
-export const ConversationsLive = HttpApiBuilder.group(Api, "conversations", (handlers) =>
+export const ConversationsLive = HttpGroup.group(Api, "conversations", (handlers) =>
   Effect.map(Runs, (runs) =>
     handlers
       .handle("createConversation", inCell((p, { payload }) => runs.createConversation(p, payload)))
       .handle("getConversation", inCell((p, { path }) => runs.getConversation(p, path.conversation_id)))))
 
-export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
+export const RunsLive = HttpGroup.group(Api, "runs", (handlers) =>
   Effect.map(Runs, (runs) =>
     handlers
       .handle(
@@ -26,7 +27,7 @@ export const RunsLive = HttpApiBuilder.group(Api, "runs", (handlers) =>
       .handle("getRun", inCell((p, { path }) => runs.getRun(p, path.run_id)))
       .handle("cancelRun", inCell((p, { path }) => runs.cancelRun(p, path.run_id)))))
 
-export const EventsLive = HttpApiBuilder.group(Api, "events", (handlers) =>
+export const EventsLive = HttpGroup.group(Api, "events", (handlers) =>
   Effect.map(Runs, (runs) =>
     handlers
       .handle("listRunEvents", inCell((p, { path, urlParams }) => runs.listEvents(p, path.run_id, urlParams)))

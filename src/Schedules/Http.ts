@@ -1,13 +1,13 @@
 /** Handlers of schedules (D15). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell, requireScopes } from "../Kernel/Policy.js"
 import { Quotas } from "../Quotas.js"
 import { Schedules } from "../Schedules.js"
 
-export const SchedulesLive = HttpApiBuilder.group(
+export const SchedulesLive = HttpGroup.group(
   Api,
   "schedules",
   (handlers) =>

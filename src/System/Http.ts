@@ -2,7 +2,6 @@
  * Health (D1): `/healthz` answers while the process runs; `/readyz` once the database is reachable
  * and migrated and this node's runner has joined the cluster (issue 19).
  */
-import { HttpApiBuilder } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
@@ -10,8 +9,9 @@ import { Api } from "../Api.js"
 import { ClusterNode } from "../Cells/Placements.js"
 import * as Migrations from "../Database/Migrations.js"
 import { Unavailable } from "../Kernel/Errors.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 
-export const SystemLive = HttpApiBuilder.group(Api, "system", (handlers) =>
+export const SystemLive = HttpGroup.group(Api, "system", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const node = yield* ClusterNode

@@ -1,13 +1,13 @@
 /** Handlers of connections, tools and the public key set (D10, D12). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Tools } from "../Tools.js"
 import { SigningKeys } from "./Signing.js"
 
-export const ConnectionsLive = HttpApiBuilder.group(Api, "connections", (handlers) =>
+export const ConnectionsLive = HttpGroup.group(Api, "connections", (handlers) =>
   Effect.map(Tools, (tools) =>
     handlers
       .handle("createConnection", inCell((p, { payload }) => tools.register(p, payload)))
@@ -16,7 +16,7 @@ export const ConnectionsLive = HttpApiBuilder.group(Api, "connections", (handler
       .handle("listTool", inCell((p, { urlParams }) => tools.listTools(p, urlParams)))
       .handle("getTool", inCell((p, { path }) => tools.getTool(p, path.tool_id)))))
 
-export const KeySetLive = HttpApiBuilder.group(
+export const KeySetLive = HttpGroup.group(
   Api,
   "jwks",
   (handlers) =>

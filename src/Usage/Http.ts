@@ -1,12 +1,12 @@
 /** Handlers of usage (D16). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { UsageReports } from "../Usage.js"
 
-export const UsageLive = HttpApiBuilder.group(Api, "usage", (handlers) =>
+export const UsageLive = HttpGroup.group(Api, "usage", (handlers) =>
   Effect.map(UsageReports, (usage) =>
     handlers
       .handle("getUsage", inCell((p, { urlParams }) => usage.getUsage(p, urlParams)))

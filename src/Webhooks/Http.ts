@@ -1,13 +1,13 @@
 /** Handlers of webhook endpoints and deliveries (D11, D18). */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
+import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { inCell } from "../Kernel/Policy.js"
 import { Quotas } from "../Quotas.js"
 import { Webhooks } from "../Webhooks.js"
 
-export const WebhookEndpointsLive = HttpApiBuilder.group(
+export const WebhookEndpointsLive = HttpGroup.group(
   Api,
   "webhook-endpoints",
   (handlers) =>
@@ -24,7 +24,7 @@ export const WebhookEndpointsLive = HttpApiBuilder.group(
         .handle("rotateWebhookEndpointSecret", inCell((p, { path }) => webhooks.rotateSecret(p, path.endpoint_id))))
 )
 
-export const WebhookDeliveriesLive = HttpApiBuilder.group(
+export const WebhookDeliveriesLive = HttpGroup.group(
   Api,
   "webhook-deliveries",
   (handlers) =>
