@@ -17,15 +17,14 @@ import { Audit } from "./Audit.js"
 import { AuditLive } from "./Audit/Http.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
-import { detachStreams } from "./Edge/Detached.js"
 import { compileEndpoints } from "./Edge/Endpoints.js"
 import { Idempotency } from "./Edge/Idempotency.js"
-import { MetricsRouteLive, requestMetrics } from "./Edge/Metrics.js"
+import { MetricsRouteLive } from "./Edge/Metrics.js"
 import { OpenApiDocLive } from "./Edge/OpenApiDoc.js"
 import { cellLanes, pipeline } from "./Edge/Pipeline.js"
 import { ROUTES } from "./Edge/Routes.js"
 import { RouterConfigLive, ServiceKeyLive } from "./Edge/SecurityLive.js"
-import { requestSpanAttributes, withRequestTracing } from "./Edge/Tracing.js"
+import { withRequestTracing } from "./Edge/Tracing.js"
 import { UnitOfWorkLive } from "./Edge/UnitOfWork.js"
 import { EnvironmentSettings } from "./EnvironmentSettings.js"
 import { EnvironmentSettingsLive, OperatorSettingsLive } from "./EnvironmentSettings/Http.js"
@@ -171,9 +170,7 @@ const ServeLive = Effect.gen(function*() {
   const { api, context } = yield* HttpApi.Api
   const endpoints = compileEndpoints(api, (yield* HandlerRegistry).all(), context)
   const beside = yield* HttpRouter.toHttpApp(yield* HttpApiBuilder.Router.router)
-  // Request metrics wrap the pipeline, so every answer is counted and timed; a streaming body is
-  // piped by Node after the request's fiber ended (Edge/Detached.ts).
-  return HttpServer.serve(cellLanes(detachStreams(requestSpanAttributes(requestMetrics(pipeline(ROUTES, endpoints, beside))))))
+  return HttpServer.serve(cellLanes(pipeline(ROUTES, endpoints, beside)))
 }).pipe(
   Layer.unwrapEffect,
   withRequestTracing,

@@ -1,20 +1,20 @@
 /**
  * Metrics at the edge (issue 15, deliverable 4): `GET /metrics`, the process's metrics in the
  * Prometheus text format behind the operator token (the same check as `/operator/v1`: a bearer
- * `OPERATOR_TOKEN`, else 401 `invalid_operator_token`), and `requestMetrics`, the HTTP middleware
- * around the whole app (the pipeline included) that counts every answer by operation, method and
- * status and times it. An operation is the HttpApi endpoint's name (`createRun`), matched as the
- * router does (`Routes.matchRoute`), so labels never carry the ids of a raw path; other paths are
- * `metrics`, `docs` or `unmatched`. The database pool's gauges are set from the pool at each scrape. A request to a tenant's path also gets `tenant_id` on its log lines.
+ * `OPERATOR_TOKEN`, else 401 `invalid_operator_token`). The pipeline (src/Edge/Pipeline.ts) counts
+ * every answer by operation, method and status and times it. An operation is the HttpApi
+ * endpoint's name (`createRun`), matched as the pipeline routes (`Routes.matchRoute`), so labels
+ * never carry the ids of a raw path; other paths are `metrics`, `docs` or `unmatched`. The
+ * database pool's gauges are set from the pool at each scrape.
  */
-import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, Exit, Option } from "effect"
+import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect, Option } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
 import { DatabasePool } from "../Database/Client.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
 import { RESOURCES, Shares } from "../Kernel/Shares.js"
-import { recordPool, recordRequest, recordShares } from "../Observability/Metrics.js"
+import { recordPool, recordShares } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { matchRoute, ROUTES } from "./Routes.js"
@@ -47,28 +47,6 @@ export const requestOperation = (request: HttpServerRequest.HttpServerRequest): 
   }
   return found
 }
-
-/** Counts and times every answer; an interrupted request (the client went away) counts as 499. */
-export const requestMetrics = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const { operation, params } = requestOperation(request)
-    const method = methodLabel(request.method)
-    const started = performance.now()
-    const tenant = params["tenant_id"]
-    return yield* app.pipe(
-      tenant === undefined ? (effect) => effect : Effect.annotateLogs("tenant_id", tenant.slice(0, 128)),
-      Effect.onExit((exit) =>
-        recordRequest(
-          operation,
-          method,
-          Exit.isSuccess(exit) ? exit.value.status : Cause.isInterruptedOnly(exit.cause) ? 499 : 500,
-          (performance.now() - started) / 1000
-        )
-      )
-    )
-  })
-)
 
 /** The token of an `Authorization: Bearer <token>` header ("" when there is none). */
 export const bearerToken = (header: string | undefined) => {

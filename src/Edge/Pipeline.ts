@@ -45,16 +45,19 @@ import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
 import { asCell, Shares } from "../Kernel/Shares.js"
 import { annotateSpan } from "../Kernel/Spans.js"
+import { recordRequest } from "../Observability/Metrics.js"
 import { OperatorToken } from "../Operator/Token.js"
 import { Auth } from "../Platform/Auth.js"
 import * as AuditTrail from "./AuditTrail.js"
 import { ClientLimiter } from "./ClientLimiter.js"
+import { detach } from "./Detached.js"
 import type { Endpoint } from "./Endpoints.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
-import { bearerToken } from "./Metrics.js"
+import { bearerToken, methodLabel } from "./Metrics.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
+import { spanAttributes } from "./Tracing.js"
 import { type RequestState, serving } from "./UnitOfWork.js"
 import { preparedUpload } from "./Uploads.js"
 
@@ -485,15 +488,45 @@ export const pipeline = <R>(
   endpoints: ReadonlyMap<string, Endpoint>,
   beside: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, R>
 ) =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
-    // The request's span (when tracing) carries the id its log lines and answer carry.
-    yield* annotateSpan({ request_id: state.requestId })
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const started = performance.now()
     const path = pathOf(request.url)
+    const match = matchRoute(routes, request.method, path)
+    const operation = match._tag === "Found" ? match.operation : "unmatched"
+    const tenant = match._tag === "Found" ? match.params["tenant_id"]?.slice(0, 128) : undefined
+    return served(request, path, match, endpoints, beside, operation, tenant).pipe(
+      // a tenant's request has `tenant_id` on its log lines
+      tenant === undefined ? (effect) => effect : Effect.annotateLogs("tenant_id", tenant),
+      // every answer counted and timed; an interrupted request (its client went away) as 499
+      Effect.onExit((exit) =>
+        recordRequest(
+          operation,
+          methodLabel(request.method),
+          Exit.isSuccess(exit) ? exit.value.status : Cause.isInterruptedOnly(exit.cause) ? 499 : 500,
+          (performance.now() - started) / 1000
+        )
+      ),
+      // a streaming body is piped by Node after the request's fiber ended (Edge/Detached.ts)
+      Effect.map((response) => detach(request, response))
+    )
+  })
+
+const served = <R>(
+  request: HttpServerRequest.HttpServerRequest,
+  path: string,
+  match: RouteMatch,
+  endpoints: ReadonlyMap<string, Endpoint>,
+  beside: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, R>,
+  operation: string,
+  tenant: string | undefined
+) =>
+  Effect.gen(function*() {
+    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
+    // The request's span (when tracing) carries the id its log lines and answer carry, and names
+    // its operation, route template and tenant (never a raw path's ids).
+    yield* annotateSpan(spanAttributes(state.requestId, operation, tenant))
     const address = Option.getOrElse(request.remoteAddress, () => "unknown")
     const v1 = path.startsWith("/v1/")
-    const match = matchRoute(routes, request.method, path)
     const endpoint = match._tag === "Found" ? endpoints.get(match.operation) : undefined
     const app: Serve = endpoint === undefined || match._tag !== "Found"
       ? () => beside as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>

@@ -5,15 +5,14 @@
  * client address and the request and response headers, redacted. Here:
  *   - its name: `http.server <METHOD> <operation>`, the operation as in the metrics (the HttpApi
  *     endpoint's name, `createRun`; `metrics`, `docs`, `unmatched`), never a raw path's ids;
- *   - its attributes `operation`, `http.route` (the route's template) and `tenant_id`;
+ *   - its attributes `operation`, `http.route` (the route's template) and `tenant_id` (set by the pipeline);
  *   - `x-actor-token` redacted beside @effect/platform's defaults (authorization, cookie, set-cookie,
  *     x-api-key), in spans and wherever headers are logged.
  * SQL statements, model calls and tool calls made for the request are its descendants.
  */
-import { Headers, HttpMiddleware, HttpServerRequest } from "@effect/platform"
+import { Headers, HttpMiddleware, type HttpServerRequest } from "@effect/platform"
 import { Effect, FiberRef, Layer } from "effect"
 
-import { annotateSpan } from "../Kernel/Spans.js"
 import { methodLabel, requestOperation } from "./Metrics.js"
 import { ROUTES } from "./Routes.js"
 
@@ -26,23 +25,16 @@ const TEMPLATES = new Map(ROUTES.map((r) => [r.operation, `/${r.segments.map((s,
 export const requestSpanName = (request: HttpServerRequest.HttpServerRequest): string =>
   `http.server ${methodLabel(request.method)} ${requestOperation(request).operation}`
 
-/** Annotates the request's span with its operation, route and tenant. */
-export const requestSpanAttributes = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    // no tracer, no span to annotate: nothing to compute
-    if (!(yield* FiberRef.get(FiberRef.currentTracerEnabled))) return yield* app
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const { operation, params } = requestOperation(request)
-    const route = TEMPLATES.get(operation)
-    const tenant = params["tenant_id"]
-    yield* annotateSpan({
-      operation,
-      ...(route === undefined ? {} : { "http.route": route }),
-      ...(tenant === undefined ? {} : { tenant_id: tenant.slice(0, 128) })
-    })
-    return yield* app
-  })
-)
+/** A request's span attributes: its id, operation, route template and tenant. */
+export const spanAttributes = (requestId: string, operation: string, tenant: string | undefined): Record<string, unknown> => {
+  const route = TEMPLATES.get(operation)
+  return {
+    request_id: requestId,
+    operation,
+    ...(route === undefined ? {} : { "http.route": route }),
+    ...(tenant === undefined ? {} : { tenant_id: tenant })
+  }
+}
 
 /**
  * The server layer with its spans named per operation and the secret headers redacted; with
