@@ -141,8 +141,10 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
      */
     const serviceScope = yield* Effect.scope
     const detached = <A, E, R>(work: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-      // interruptible: a fiber forked where interruption is off would inherit that
-      Effect.flatMap(Effect.forkIn(Effect.interruptible(work), serviceScope), Fiber.join)
+      // interruptible: a fiber forked where interruption is off would inherit that. Awaited, not
+      // joined: the request takes the work's outcome, not its fiber-locals (joining diffs the
+      // fiber's whole context against the request's, a cost per mutation).
+      Effect.flatMap(Effect.forkIn(Effect.interruptible(work), serviceScope), (fiber) => Effect.flatten(Fiber.await(fiber)))
 
     /** Deletes records past the replay window. */
     const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.orDie(repo.sweep(new Date(now))))
