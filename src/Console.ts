@@ -250,15 +250,24 @@ export class Console extends Effect.Service<Console>()("Console", {
         return { secret: secret.base32, uri, qr }
       })
 
-    const codeMatches = (totp: OTPAuth.TOTP, code: string) =>
-      Effect.map(Clock.currentTimeMillis, (timestamp) => totp.validate({ token: code.replace(/\s/g, ""), timestamp, window: 1 }) !== null)
+    /**
+     * Whether `code` is the account's current TOTP code (one step either side), spending its time
+     * step: a code seen once (at enrolment, sign-in or for a key) is refused after.
+     */
+    const spendCode = (accountId: string, totp: OTPAuth.TOTP, code: string) =>
+      Effect.gen(function*() {
+        const timestamp = yield* Clock.currentTimeMillis
+        const delta = totp.validate({ token: code.replace(/\s/g, ""), timestamp, window: 1 })
+        if (delta === null) return false
+        return yield* repo.useTotpStep(accountId, Math.floor(timestamp / 1000 / totp.period) + delta)
+      })
 
     /** Confirms enrolment with a code: the ten recovery codes, shown once (stored as digests). */
     const confirmEnrolment = (m: Member, token: string, code: string) =>
       Effect.gen(function*() {
         if (m.enrolled) return yield* refuse(409, "Two-factor authentication is set up already.")
         const { totp } = yield* totpOfAccount(m.accountId)
-        if (!(yield* codeMatches(totp, code))) return yield* refuse(400, "That code is not right. Enter the current code.")
+        if (!(yield* spendCode(m.accountId, totp, code))) return yield* refuse(400, "That code is not right. Enter the current code.")
         const codes = S.recoveryCodes()
         const at = yield* now
         yield* sql.withTransaction(Effect.all([
@@ -272,10 +281,12 @@ export class Console extends Effect.Service<Console>()("Console", {
     const checkMfa = (m: Member, token: string, code: string) =>
       Effect.gen(function*() {
         if (!m.enrolled) return yield* refuse(400, "Set up two-factor authentication first.")
+        // the account's failures (passwords and codes) stop guessing here too
+        yield* limited([`account:${m.email}`])
         const { totp } = yield* totpOfAccount(m.accountId)
         const at = yield* now
         const typed = code.trim().toLowerCase()
-        const ok = (yield* codeMatches(totp, typed)) || (/^[a-z0-9]{5}-[a-z0-9]{5}$/.test(typed) &&
+        const ok = (yield* spendCode(m.accountId, totp, typed)) || (/^[a-z0-9]{5}-[a-z0-9]{5}$/.test(typed) &&
           (yield* repo.useRecoveryCode(m.accountId, S.digest(typed), at)))
         if (!ok) {
           yield* repo.recordFailure([`account:${m.email}`], at)

@@ -132,7 +132,8 @@ describe("console over HTTP (issue 38)", () => {
         expect(page.text).toMatch(/pilot_\w+: submitted/)
         const pilotId = /(pilot_\w+): submitted/.exec(page.text)![1]!
         yield* b.get(`/console/orgs/${org}/keys/new`)
-        const early = yield* b.post(`/console/orgs/${org}/keys`, { name: "k", code: codeAt(secret, yield* now) })
+        // the next step's code (the enrolment spent this one)
+        const early = yield* b.post(`/console/orgs/${org}/keys`, { name: "k", code: codeAt(secret, (yield* now) + 30_000) })
         expect(early.status).toBe(409)
         // the operator approves through the operator API; the page shows the sandbox Ready
         const approved = yield* operator("POST", `/pilot-applications/${pilotId}/approve`)
@@ -230,7 +231,7 @@ describe("console over HTTP (issue 38)", () => {
 
       const ada = browser()
       yield* signedUp(ada, "ada2@acme.test")
-      const { secret } = yield* enrolled(ada)
+      const { codes: adaCodes, secret } = yield* enrolled(ada)
       const adaOrg = yield* orgOf(ada, "Ada's")
       // a CSRF token of the pre-session is not the session's
       const cross = yield* stranger.post(`/console/orgs/${adaOrg}/application`)
@@ -248,8 +249,16 @@ describe("console over HTTP (issue 38)", () => {
       expect(due.location).toBe("/console/mfa")
       yield* ada.get("/console/mfa")
       expect((yield* ada.post("/console/mfa", { code: "123456" })).status).toBe(400)
-      const passed = yield* ada.post("/console/mfa", { code: codeAt(secret, yield* now) })
+      const code = codeAt(secret, (yield* now) + 30_000) // the enrolment spent this step's
+      const passed = yield* ada.post("/console/mfa", { code })
       expect(passed.location).toBe("/console")
+      // a code works once: signed in again, the same code is refused
+      yield* ada.post("/console/sign-out")
+      yield* ada.get("/console/sign-in")
+      yield* ada.post("/console/sign-in", { email: "ada2@acme.test", password: PASSWORD })
+      yield* ada.get("/console/mfa")
+      expect((yield* ada.post("/console/mfa", { code })).status).toBe(400)
+      expect((yield* ada.post("/console/mfa", { code: adaCodes[0]! })).location).toBe("/console")
       expect((yield* ada.get(`/console/orgs/${adaOrg}`)).status).toBe(200)
 
       // another organization's pages: 404, and nothing done there

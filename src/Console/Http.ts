@@ -312,7 +312,7 @@ export const ConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
     yield* post("/console/mfa", (v, f) =>
       Option.match(v.member, {
         onNone: () => Effect.succeed(redirect(v, "/console/sign-in")),
-        onSome: (m) => Effect.as(consoles.checkMfa(m, v.session!, f["code"] ?? ""), redirect(v, f["next"] ?? "/console"))
+        onSome: (m) => Effect.as(consoles.checkMfa(m, v.session!, f["code"] ?? ""), redirect(v, "/console"))
       }), mfaPage)
 
     const enrolPage: Page = (v, msg) =>

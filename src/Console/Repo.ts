@@ -80,6 +80,12 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
         ...codeHashes.map((h) => sql`INSERT INTO console_recovery_codes (account_id, code_hash) VALUES (${id}, ${h})`)
       ], { discard: true })
 
+    /** Spends a TOTP code's time step: false when this step (or a later one) was spent already. */
+    const useTotpStep = (id: string, step: number) =>
+      sql`UPDATE console_accounts SET totp_last_step = ${step}
+          WHERE id = ${id} AND (totp_last_step IS NULL OR totp_last_step < ${step}) RETURNING id`
+        .pipe(Effect.map((rows) => rows.length === 1))
+
     /** Spends a recovery code: whether it was one of the account's, unused. */
     const useRecoveryCode = (id: string, codeHash: Buffer, at: Date) =>
       sql`UPDATE console_recovery_codes SET used_at = ${at}
@@ -175,6 +181,7 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
       setPendingTotp,
       confirmTotp,
       useRecoveryCode,
+      useTotpStep,
       insertSession,
       session,
       markMfa,

@@ -10,6 +10,7 @@ import { Effect } from "effect"
  *
  * Secrets are never stored as given: passwords as scrypt hashes, session tokens, link tokens and
  * recovery codes as SHA-256 digests (high-entropy values), the TOTP secret sealed by `Secrets`.
+ * `totp_last_step` is the time step of the last TOTP code accepted: a code works once.
  * An audit entry of a member's action names actor type `member`.
  */
 export default Effect.gen(function*() {
@@ -29,6 +30,7 @@ export default Effect.gen(function*() {
       verified_at timestamptz,
       totp_secret text,
       totp_enrolled_at timestamptz,
+      totp_last_step bigint,
       organization_id text REFERENCES console_organizations(id),
       created_at timestamptz NOT NULL
     )`
