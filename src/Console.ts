@@ -304,6 +304,50 @@ export class Console extends Effect.Service<Console>()("Console", {
         return org
       })
 
+    /**
+     * Invites `email` to the member's organization: a single-use link (7 days) mailed to it. The
+     * inviter must have two-factor authentication on, as for a key.
+     */
+    const invite = (m: Member, organizationId: string, input: { email: string; baseUrl: string }) =>
+      Effect.gen(function*() {
+        const org = yield* organizationOf(m, organizationId)
+        if (!m.enrolled) return yield* refuse(403, "Set up two-factor authentication before inviting anyone.")
+        const email = yield* normalEmail(input.email)
+        const link = yield* makeLink("invite", { accountId: null, organizationId: org.id, email })
+        yield* mailer.send({
+          to: email,
+          subject: `Join ${org.name} on Agent Platform`,
+          text: `${m.email} invites you to ${org.name} in the Agent Platform console.\n\n` +
+            `Sign up (or sign in) with this address, then open this link to join (it works once, for 7 days):\n` +
+            `${input.baseUrl}/console/invite?token=${link}\n`
+        })
+      })
+
+    /** The invitation a link names, unspent (to show it before the invitee accepts). */
+    const invitation = (link: string) =>
+      Effect.gen(function*() {
+        const [random] = link.split(".")
+        const row = random === undefined ? undefined : yield* repo.link(S.digest(random))
+        if (row === undefined || row.purpose !== "invite" || row.organization_id === null) {
+          return yield* refuse(400, "This link is not valid. Ask for a new one.")
+        }
+        if (row.used_at !== null) return yield* refuse(410, "This invitation was used already.")
+        if (row.expires_at.getTime() <= (yield* Clock.currentTimeMillis)) return yield* refuse(410, "This invitation has expired.")
+        const org = yield* repo.organization(row.organization_id)
+        return { email: row.email, organization: org!.name }
+      })
+
+    /** The signed-in invitee (the invited address, in no organization yet) joins; the link is spent. */
+    const accept = (m: Member, link: string) =>
+      Effect.gen(function*() {
+        const shown = yield* invitation(link)
+        if (shown.email !== m.email) return yield* refuse(403, `This invitation is for ${shown.email}: sign in with that address.`)
+        if (m.organizationId !== null) return yield* refuse(409, "You are a member of an organization already.")
+        const row = yield* spendLink("invite", link)
+        yield* repo.joinOrganization(m.accountId, row.organization_id!)
+        return row.organization_id!
+      })
+
     const createOrganization = (m: Member, name: string) =>
       Effect.gen(function*() {
         if (m.organizationId !== null) return yield* refuse(409, "You are a member of an organization already.")
@@ -396,6 +440,9 @@ export class Console extends Effect.Service<Console>()("Console", {
       confirmEnrolment: (m: Member, token: string, code: string) => withDefects(confirmEnrolment(m, token, code)),
       checkMfa: (m: Member, token: string, code: string) => withDefects(checkMfa(m, token, code)),
       createOrganization: (m: Member, name: string) => withDefects(createOrganization(m, name)),
+      invite: (m: Member, organizationId: string, input: Parameters<typeof invite>[2]) => withDefects(invite(m, organizationId, input)),
+      invitation: (link: string) => withDefects(invitation(link)),
+      accept: (m: Member, link: string) => withDefects(accept(m, link)),
       apply: (m: Member, organizationId: string) => withDefects(apply(m, organizationId)),
       status: (m: Member, organizationId: string) => withDefects(status(m, organizationId)),
       createKey: (m: Member, organizationId: string, name: string) => withDefects(createKey(m, organizationId, name)),

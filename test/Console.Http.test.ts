@@ -271,6 +271,22 @@ describe("console over HTTP (issue 38)", () => {
       expect((yield* bob.post(`/console/orgs/${adaOrg}/application`)).status).toBe(404)
       expect((yield* ada.get(`/console/orgs/${adaOrg}`)).text).toContain("Apply for a pilot")
 
+      // an invitation: only the invited address joins, once
+      yield* ada.get(`/console/orgs/${adaOrg}`)
+      const sent = yield* ada.post(`/console/orgs/${adaOrg}/invitations`, { email: "carol@acme.test" })
+      expect(sent.status, sent.text).toBe(200)
+      const invite = (yield* mailTo("carol@acme.test")).link
+      const shown = yield* bob.get(invite)
+      expect(shown.text).toContain("This invitation is for carol@acme.test")
+      expect((yield* bob.post(invite)).status).toBe(403)
+      const carol = browser()
+      yield* signedUp(carol, "carol@acme.test")
+      yield* carol.get(invite)
+      const joined = yield* carol.post(invite)
+      expect(joined.location).toBe(`/console/orgs/${adaOrg}`)
+      expect((yield* carol.get(`/console/orgs/${adaOrg}`)).status).toBe(200)
+      expect((yield* carol.get(invite)).status).toBe(410)
+
       // per account: 5 failures, then even the right password waits
       const guesser = browser()
       yield* guesser.get("/console/sign-in")

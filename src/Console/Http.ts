@@ -403,6 +403,13 @@ authenticator. They are shown only now: keep them somewhere safe.</p><pre aria-l
                 `<section><h2>Pilot</h2>${application}</section>` +
                 (ready && m.enrolled
                   ? `<section><h2>Keys</h2><p><a href="/console/orgs/${org}/keys/new">Create a key</a></p></section>`
+                  : "") +
+                (m.enrolled
+                  ? `<section><h2>Members</h2>${
+                    form(`/console/orgs/${org}/invitations`, v.csrf, [
+                      { name: "email", label: "Invite by email address", type: "email", autocomplete: "off" }
+                    ], "Send invitation")
+                  }</section>`
                   : ""),
               msg?.text
             )
@@ -412,6 +419,44 @@ authenticator. They are shown only now: keep them somewhere safe.</p><pre aria-l
       Effect.flatMap(orgParam, (org) =>
         withMember(v, (m) =>
           Effect.as(consoles.apply(m, org), redirect(v, `/console/orgs/${org}`)))), orgPage)
+
+    yield* post("/console/orgs/:org/invitations", (v, f) =>
+      Effect.flatMap(orgParam, (org) =>
+        withMember(v, (m) =>
+          Effect.as(
+            consoles.invite(m, org, { email: f["email"] ?? "", baseUrl: v.baseUrl }),
+            html(
+              v,
+              200,
+              "Invitation sent",
+              `<p class="note">We mailed ${escape(f["email"] ?? "")} a link to join.</p>
+<p><a href="/console/orgs/${org}">Back to your organization</a></p>`
+            )
+          ))), orgPage)
+
+    // an invitation: shown to anyone with the link, accepted by the invited address signed in
+    const invitePage: Page = (v, msg) =>
+      consoles.invitation(v.query.get("token") ?? "").pipe(
+        Effect.map((i) =>
+          html(
+            v,
+            msg?.status ?? 200,
+            `Join ${i.organization}`,
+            `<p>This invitation is for ${escape(i.email)}.</p>` +
+              (Option.isSome(v.member) && !v.member.value.mfaDue
+                ? form(`/console/invite?token=${encodeURIComponent(v.query.get("token") ?? "")}`, v.csrf, [], "Join")
+                : `<p><a href="/console/sign-up">Create an account</a> or <a href="/console/sign-in">sign in</a> with that
+address, then open the link in the mail again.</p>`),
+            msg?.text
+          )
+        ),
+        Effect.catchTag("Refused", refusedPage(v))
+      )
+    yield* get("/console/invite", invitePage)
+    yield* post("/console/invite", (v) =>
+      withMember(v, (m) =>
+        Effect.map(consoles.accept(m, v.query.get("token") ?? ""), (org) =>
+          redirect(v, `/console/orgs/${org}`))), invitePage)
 
     const newKeyPage: Page = (v, msg) =>
       Effect.flatMap(orgParam, (org) =>
