@@ -66,6 +66,8 @@ export default Effect.gen(function*() {
       at timestamptz NOT NULL
     )`
   yield* sql`CREATE INDEX console_sign_in_failures_subject ON console_sign_in_failures (subject, at)`
+  // failures older than the window are deleted at each sign-in (ConsoleRepo.failures)
+  yield* sql`CREATE INDEX console_sign_in_failures_at ON console_sign_in_failures (at)`
   yield* sql`
     CREATE TABLE console_signing_key (
       id integer PRIMARY KEY CHECK (id = 1),
