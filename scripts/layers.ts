@@ -40,7 +40,8 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
       "Memory",
       "Operator",
       "ProductionRequests",
-      "System"
+      "System",
+      "Console"
     ]
   },
   { name: "runtime", units: ["Runtime"] },

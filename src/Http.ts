@@ -15,6 +15,8 @@ import { ApprovalsLive } from "./Approvals/Http.js"
 import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { Audit } from "./Audit.js"
 import { AuditLive } from "./Audit/Http.js"
+import { Console } from "./Console.js"
+import { ConsoleRouteLive } from "./Console/Http.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { compileEndpoints } from "./Edge/Endpoints.js"
@@ -138,7 +140,9 @@ export const ServicesLive = Layer.mergeAll(
   Files.Default,
   Memory.Default,
   ProductionRequests.Default,
-  Quotas.Default
+  Quotas.Default,
+  // the console (issue 38) acts through the same Operator, Audit and Secrets (layers are shared by reference)
+  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default]))
 ).pipe(
   Layer.provideMerge(CellsLive),
   Layer.provideMerge(ClusterLive),
@@ -185,6 +189,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(WeightsRefreshLive.pipe(Layer.provide(OperatorRepo.Default))),
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
+  Layer.provide(ConsoleRouteLive), // /console: the customer console (issue 38)
   Layer.provide(OpenApiDocLive),
   Layer.provide(RouterConfigLive),
   Layer.provide(ApiLive),

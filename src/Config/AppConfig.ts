@@ -118,6 +118,18 @@ export const parseQuickstartModel = (
   return Either.right({ provider, model, apiKey: apiKey.value })
 }
 
+/**
+ * The console's mail (issue 38): `SMTP_URL` (`smtp://user:pass@host:587`, `smtps://...`) sends
+ * through that server; unset, each message is written to DATA_DIR/outbox/ and its path logged.
+ * `MAIL_FROM` is the sender.
+ */
+export interface ConsoleConfig {
+  readonly smtpUrl: Option.Option<Redacted.Redacted<string>>
+  readonly mailFrom: string
+}
+
+export const defaultConsoleConfig: ConsoleConfig = { smtpUrl: Option.none(), mailFrom: "Agent Platform <console@localhost>" }
+
 export interface AppConfigShape {
   readonly port: number
   readonly host: string
@@ -129,6 +141,8 @@ export interface AppConfigShape {
   readonly secretsKey: Option.Option<Redacted.Redacted<string>>
   /** the quickstart agent's model: QUICKSTART_MODEL, OPENAI_API_KEY, ANTHROPIC_API_KEY */
   readonly quickstartModel: QuickstartModel
+  /** the console's mail (issue 38) */
+  readonly console: ConsoleConfig
   /** cell resources */
   readonly rateLimit: { readonly ratePerSecond: number; readonly burst: number }
   readonly cellIdleTimeoutSeconds: number
@@ -384,6 +398,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       })
     ),
     publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
+    console: Config.all({
+      smtpUrl: Config.option(Config.redacted("SMTP_URL")).pipe(Config.map(Option.filter((u) => Redacted.value(u).length > 0))),
+      mailFrom: Config.string("MAIL_FROM").pipe(Config.withDefault(defaultConsoleConfig.mailFrom))
+    }),
     // Checked here, so a key of the wrong length stops the process at start with a clear message.
     secretsKey: Config.option(Config.redacted("SECRETS_KEY")).pipe(
       Config.map(Option.filter((k) => Redacted.value(k).trim().length > 0)),
@@ -547,6 +565,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     publicBaseUrl: Option.none(),
     secretsKey: Option.none(),
     quickstartModel: { provider: "scripted" },
+    console: defaultConsoleConfig,
     rateLimit: { ratePerSecond: 60, burst: 120 },
     cellIdleTimeoutSeconds: 600,
     dbPoolSize: 10,

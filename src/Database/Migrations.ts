@@ -34,6 +34,7 @@ import environmentLimits from "./migrations/0025_environment_limits.js"
 import keyFailureAudits from "./migrations/0027_key_failure_audits.js"
 import cellWeights from "./migrations/0028_cell_weights.js"
 import eventNotes from "./migrations/0029_event_notes.js"
+import console_ from "./migrations/0030_console.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -66,7 +67,8 @@ export const loader = Migrator.fromRecord({
   "0025_environment_limits": environmentLimits,
   "0027_key_failure_audits": keyFailureAudits,
   "0028_cell_weights": cellWeights,
-  "0029_event_notes": eventNotes
+  "0029_event_notes": eventNotes,
+  "0030_console": console_
 })
 
 const migrate = Migrator.make({})

@@ -4,7 +4,7 @@ import { Schema } from "effect"
 import { DateTimeParam, Timestamp } from "../Kernel/Ids.js"
 import { RefString } from "../Kernel/Strings.js"
 
-export const AuditActorType = Schema.Literal("api_key", "user", "operator")
+export const AuditActorType = Schema.Literal("api_key", "user", "operator", "member")
 export type AuditActorType = typeof AuditActorType.Type
 
 export const AuditEntry = Schema.Struct({
@@ -12,7 +12,8 @@ export const AuditEntry = Schema.Struct({
   object: Schema.Literal("audit_entry"),
   occurred_at: Timestamp,
   actor: Schema.Struct({ type: AuditActorType, id: Schema.String }).annotations({
-    description: "The key, the user it acted for (`X-Actor-Token`), or the platform's operator"
+    description:
+      "The key, the user it acted for (`X-Actor-Token`), the platform's operator, or a `member` of the organization acting in the console"
   }),
   key_id: Schema.NullOr(Schema.String).annotations({ description: "The service key presented; null for an operator action" }),
   action: Schema.String.annotations({ description: "The operation, by its operationId (`createRun`)" }),

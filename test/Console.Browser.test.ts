@@ -1,0 +1,209 @@
+/**
+ * The console (issue 38) as a new customer uses it, in a real browser (playwright-core driving
+ * Debian's Chromium, one launch) at 375 px wide, against the real service and a real SMTP server
+ * on 127.0.0.1 (smtp-server): sign up, read the verification mail, verify, sign in, enrol TOTP
+ * (codes computed here), create the organization, apply, the operator approves (operator API), the
+ * sandbox shows Ready, create the first key, run the quickstart with it to `succeeded`, onboarding
+ * complete. axe-core checks every page (no serious or critical violation) and that nothing is wider
+ * than the screen. With CONSOLE_SCREENSHOTS=1 each step is saved to docs/console/*.png.
+ */
+import { AxeBuilder } from "@axe-core/playwright"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Option, Redacted } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as OTPAuth from "otpauth"
+import { type Browser, chromium, type Page } from "playwright-core"
+import { SMTPServer } from "smtp-server"
+
+import { defaultConsoleConfig } from "../src/Config/AppConfig.js"
+import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
+import { freePort } from "./support/Server.js"
+
+const SHOTS = process.env["CONSOLE_SCREENSHOTS"] === "1"
+  ? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../docs/console")
+  : undefined
+
+/** A real SMTP peer: every message it accepted, as text. */
+const smtp = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const port = await freePort()
+    const mails: Array<string> = []
+    const server = new SMTPServer({
+      authOptional: true,
+      disabledCommands: ["STARTTLS", "AUTH"],
+      logger: false,
+      onData(stream, _session, callback) {
+        let text = ""
+        stream.on("data", (c: Buffer) => (text += c.toString("utf8")))
+        stream.on("end", () => {
+          mails.push(text)
+          callback()
+        })
+      }
+    })
+    await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
+    return { port, mails, server }
+  }),
+  ({ server }) => Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve())))
+)
+
+const browserOf = Effect.acquireRelease(
+  Effect.promise(() =>
+    chromium.launch({
+      executablePath: process.env["CHROMIUM"] ?? "/usr/bin/chromium",
+      headless: true,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync"
+      ]
+    })
+  ),
+  (browser: Browser) => Effect.promise(() => browser.close())
+)
+
+/** axe on the page (no serious or critical violation), nothing wider than 375 px, and its screenshot. */
+const checked = async (page: Page, name: string) => {
+  const result = await new AxeBuilder({ page }).analyze()
+  const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
+  expect(serious.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`), name).toEqual([])
+  const width = await page.evaluate<number>("document.documentElement.scrollWidth")
+  expect(width, `${name} is wider than the screen`).toBeLessThanOrEqual(375)
+  if (SHOTS !== undefined) {
+    fs.mkdirSync(SHOTS, { recursive: true })
+    await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true })
+  }
+}
+
+const waitFor = async <A>(what: string, find: () => A | undefined, ms = 10_000): Promise<A> => {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const found = find()
+    if (found !== undefined) return found
+    if (Date.now() > deadline) throw new Error(`no ${what} within ${ms} ms`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+const EMAIL = "grace@example.test"
+const PASSWORD = "a long and memorable passphrase"
+
+describe("console in a browser (issue 38)", () => {
+  it.live("sign-up to onboarding complete, at 375 px, every page accessible", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const mail = yield* smtp
+      const browser = yield* browserOf
+      yield* Effect.gen(function*() {
+        const app = yield* TestApp
+        yield* Effect.promise(async () => {
+          const context = await browser.newContext({ viewport: { width: 375, height: 812 } })
+          const page = await context.newPage()
+          const base = app.baseUrl
+
+          await page.goto(`${base}/console/sign-up`)
+          await checked(page, "01-sign-up")
+          await page.getByLabel("Email address").fill(EMAIL)
+          await page.getByLabel(/^Password/).fill(PASSWORD)
+          await page.getByRole("button", { name: "Create account" }).click()
+          await page.getByText("We sent a link").waitFor()
+          await checked(page, "02-check-your-mail")
+
+          const message = await waitFor("verification mail", () => mail.mails.find((m) => m.includes(EMAIL)))
+          const link = /(http:\/\/\S+\/console\/verify\?token=\S+)/.exec(message.replace(/=\r?\n/g, "").replace(/=3D/g, "="))![1]!
+          await page.goto(link)
+          await checked(page, "03-verify")
+          await page.getByRole("button", { name: "Verify my address" }).click()
+          await page.getByText("Your address is verified").waitFor()
+
+          await page.goto(`${base}/console/sign-in`)
+          await checked(page, "04-sign-in")
+          await page.getByLabel("Email address").fill(EMAIL)
+          await page.getByLabel("Password").fill(PASSWORD)
+          await page.getByRole("button", { name: "Sign in" }).click()
+          await page.getByRole("heading", { name: "Welcome" }).waitFor()
+          await checked(page, "05-welcome")
+
+          await page.getByRole("link", { name: "Set up two-factor authentication" }).click()
+          const key = (await page.locator("code").first().textContent())!.replace(/\s/g, "")
+          await checked(page, "06-two-factor")
+          const secret = OTPAuth.Secret.fromBase32(key)
+          await page.getByLabel(/Six-digit code/).fill(OTPAuth.TOTP.generate({ secret }))
+          await page.getByRole("button", { name: "Turn on two-factor authentication" }).click()
+          await page.getByRole("heading", { name: "Save your recovery codes" }).waitFor()
+          await checked(page, "07-recovery-codes")
+
+          await page.getByRole("link", { name: "Continue" }).click()
+          await page.getByLabel("Organization name").fill("Hopper Labs")
+          await page.getByRole("button", { name: "Create organization" }).click()
+          await page.getByRole("heading", { name: "Hopper Labs" }).waitFor()
+          await page.getByRole("button", { name: "Apply for a pilot" }).click()
+          await page.getByText(/pilot_\w+: submitted/).waitFor()
+          await checked(page, "08-applied")
+
+          const pilotId = /(pilot_\w+): submitted/.exec(await page.content())![1]!
+          const approved = await fetch(`${base}/operator/v1/pilot-applications/${pilotId}/approve`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${OPERATOR_TOKEN}` }
+          })
+          expect(approved.status).toBe(200)
+          const tenantId = ((await approved.json()) as { tenant_id: string }).tenant_id
+          await page.reload()
+          await page.getByText("Ready", { exact: true }).waitFor()
+          await checked(page, "09-sandbox-ready")
+
+          await page.getByRole("link", { name: "Create a key" }).click()
+          await checked(page, "10-create-key")
+          // the next step's code: a code works once, and the enrolment spent this one
+          await page.getByLabel("Current two-factor code").fill(OTPAuth.TOTP.generate({ secret, timestamp: Date.now() + 30_000 }))
+          const [created] = await Promise.all([
+            page.waitForResponse((r) => r.url().endsWith("/keys") && r.request().method() === "POST"),
+            page.getByRole("button", { name: "Create key" }).click()
+          ])
+          expect(created.status()).toBe(201)
+          expect(created.headers()["cache-control"]).toBe("no-store")
+          const keySecret = (await page.locator("#secret").textContent())!
+          expect(keySecret).toMatch(/^sk_test_/)
+          await checked(page, "11-key-shown-once")
+          // never in the browser's storage
+          const stored = await page.evaluate<string>("JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage })")
+          expect(stored).not.toContain(keySecret)
+
+          await page.getByRole("link", { name: "Run the quickstart with it" }).click()
+          await checked(page, "12-quickstart")
+          const text = await page.content()
+          const ws = /<dt>Workspace<\/dt><dd>(ws_\w+)<\/dd>/.exec(text)![1]!
+          const rev = /<dt>Agent revision<\/dt><dd>(rev_\w+)<\/dd>/.exec(text)![1]!
+          const P = `${base}/v1/tenants/${tenantId}/environments/sandbox`
+          const call = async (url: string, body: unknown, extra: Record<string, string> = {}) =>
+            (await fetch(url, {
+              method: "POST",
+              headers: {
+                authorization: `Bearer ${keySecret}`,
+                "content-type": "application/json",
+                "idempotency-key": crypto.randomUUID(),
+                ...extra
+              },
+              body: JSON.stringify(body)
+            })).json() as Promise<any>
+          const conversation = await call(`${P}/conversations`, { workspace_id: ws, agent_revision_id: rev })
+          const run = await call(`${P}/conversations/${conversation.data.id}/runs`, { input: [{ type: "text", text: "Hello" }] }, {
+            prefer: "wait=10"
+          })
+          expect(run.data.status, JSON.stringify(run)).toBe("succeeded")
+
+          await page.getByRole("link", { name: "Back to your organization" }).click()
+          await page.getByText("Onboarding complete").waitFor()
+          await checked(page, "13-onboarding-complete")
+          await context.close()
+        })
+      }).pipe(Effect.provide(makeTestApp({
+        console: { ...defaultConsoleConfig, smtpUrl: Option.some(Redacted.make(`smtp://127.0.0.1:${mail.port}`)) }
+      })))
+    })), 90_000)
+})
