@@ -4,7 +4,7 @@
  * `OPERATOR_TOKEN`, else 401 `invalid_operator_token`). The pipeline (src/Edge/Pipeline.ts) counts
  * every answer by operation, method and status and times it. An operation is the HttpApi
  * endpoint's name (`createRun`), matched as the pipeline routes (`Routes.matchRoute`), so labels
- * never carry the ids of a raw path; other paths are `metrics`, `docs` or `unmatched`. The
+ * never carry the ids of a raw path; other paths are `metrics`, `docs`, `console` or `unmatched`. The
  * database pool's gauges are set from the pool at each scrape.
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
@@ -32,9 +32,13 @@ export interface RequestOperation {
 /** The operation a request routes to (`unmatched` if none), and its path parameters. */
 export const operationOf = (method: string, url: string): RequestOperation => {
   const q = url.indexOf("?")
-  const match = matchRoute(ROUTES, method, q === -1 ? url : url.slice(0, q))
-  return match._tag === "Found" ? { operation: match.operation, params: match.params } : { operation: "unmatched", params: {} }
+  const path = q === -1 ? url : url.slice(0, q)
+  const match = matchRoute(ROUTES, method, path)
+  return match._tag === "Found" ? { operation: match.operation, params: match.params } : { operation: unmatchedOperation(path), params: {} }
 }
+
+/** A path no operation has: `console` for the console's pages (one label for them all), else `unmatched`. */
+export const unmatchedOperation = (path: string): string => path === "/console" || path.startsWith("/console/") ? "console" : "unmatched"
 
 const matched = new WeakMap<HttpServerRequest.HttpServerRequest, RequestOperation>()
 

@@ -54,7 +54,7 @@ import { detach } from "./Detached.js"
 import type { Endpoint } from "./Endpoints.js"
 import { checkedBody, checkUrl } from "./Hygiene.js"
 import * as Idempotency from "./Idempotency.js"
-import { bearerToken, methodLabel } from "./Metrics.js"
+import { bearerToken, methodLabel, unmatchedOperation } from "./Metrics.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
 import { spanAttributes } from "./Tracing.js"
@@ -492,7 +492,7 @@ export const pipeline = <R>(
     const started = performance.now()
     const path = pathOf(request.url)
     const match = matchRoute(routes, request.method, path)
-    const operation = match._tag === "Found" ? match.operation : "unmatched"
+    const operation = match._tag === "Found" ? match.operation : unmatchedOperation(path)
     const tenant = match._tag === "Found" ? match.params["tenant_id"]?.slice(0, 128) : undefined
     return served(request, path, match, endpoints, beside, operation, tenant).pipe(
       // a tenant's request has `tenant_id` on its log lines
