@@ -196,8 +196,10 @@ export interface ClusterConfig {
   /** CLUSTER_LOCK_REFRESH_SECONDS: how often a runner refreshes its shard locks (default 2) */
   readonly lockRefreshSeconds: number
   /**
-   * CLUSTER_LOCK_EXPIRATION_SECONDS: a runner silent this long loses its shards to the others
-   * (default 10; at least twice the refresh): the time a dead node's cells take to move
+   * CLUSTER_LOCK_EXPIRATION_SECONDS: a runner that has not renewed its shard leases for this long
+   * (dead, or hung: issue 41) loses its shards to the others (default 6; at least twice the
+   * refresh): about the time a dead or hung node's cells take to move, and the longest stall a
+   * node survives without failing over
    */
   readonly lockExpirationSeconds: number
   /** CLUSTER_SEND_TIMEOUT_SECONDS: how long a request waits for its cell (e.g. moving) before 503 (default 10) */
@@ -353,7 +355,7 @@ export const defaultClusterConfig: ClusterConfig = {
   secret: Option.none(),
   runnerPort: Option.none(),
   lockRefreshSeconds: 2,
-  lockExpirationSeconds: 10,
+  lockExpirationSeconds: 6,
   sendTimeoutSeconds: 10,
   sweepSeconds: 10
 }
@@ -510,7 +512,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       ),
       runnerPort: Config.option(Config.port("RUNNER_PORT")),
       lockRefreshSeconds: bounded("CLUSTER_LOCK_REFRESH_SECONDS", 2, 60),
-      lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 10, 600),
+      lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 6, 600),
       sendTimeoutSeconds: bounded("CLUSTER_SEND_TIMEOUT_SECONDS", 10, 120),
       sweepSeconds: bounded("CLUSTER_SWEEP_SECONDS", 10, 3600)
     }).pipe(

@@ -31,7 +31,13 @@ export const send = (
   method: string,
   path: string,
   token: string,
-  options: { readonly body?: unknown; readonly idempotencyKey?: string; readonly headers?: Record<string, string> } = {}
+  options: {
+    readonly body?: unknown
+    readonly idempotencyKey?: string
+    readonly headers?: Record<string, string>
+    /** the client gives up after this (default 60 s): status 0 */
+    readonly timeoutMs?: number
+  } = {}
 ) =>
   Effect.promise(async (): Promise<Answer> => {
     const began = Date.now()
@@ -45,7 +51,7 @@ export const send = (
           ...options.headers
         },
         ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
-        signal: AbortSignal.timeout(60_000)
+        signal: AbortSignal.timeout(options.timeoutMs ?? 60_000)
       })
       const text = await res.text()
       let json: any = undefined
@@ -62,10 +68,12 @@ export const send = (
   })
 
 export const isCellUnavailable = (a: Answer) => a.status === 503 && a.json?.error?.code === "cell_unavailable"
+/** 503 `database_unavailable`: a node lost its connection under the request (retried like a 503 `cell_unavailable`) */
+const isDatabaseUnavailable = (a: Answer) => a.status === 503 && a.json?.error?.code === "database_unavailable"
 
 /** What a client saw, over every request it made. */
 export interface Tally {
-  /** 503 `cell_unavailable` answers (each retried after its Retry-After) */
+  /** 503 `cell_unavailable` (or `database_unavailable`) answers (each retried after its Retry-After) */
   unavailable: number
   /** 503 `cell_unavailable` answers without `Retry-After: 2` */
   badRetryAfter: number
@@ -101,7 +109,7 @@ export const tallyAnswer = (tally: Tally, what: string, a: Answer, allow429 = fa
     rateLimit: a.headers.get("ratelimit"),
     text: a.status >= 300 ? a.text.slice(0, 200) : ""
   })
-  if (isCellUnavailable(a)) {
+  if (isCellUnavailable(a) || isDatabaseUnavailable(a)) {
     tally.unavailable++
     if (a.headers.get("retry-after") !== "2") tally.badRetryAfter++
     return true
