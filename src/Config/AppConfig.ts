@@ -246,6 +246,11 @@ export interface EdgeConfig {
   readonly keepAliveTimeoutSeconds: number
   /** open connections at most (more are refused by the server) */
   readonly maxConnections: number
+  /**
+   * HTTP_DRAIN_SECONDS: on SIGTERM, `/readyz` answers 503 this long (a load balancer's window to
+   * stop sending) while requests are still served; then the listener closes (issue 41)
+   */
+  readonly drainSeconds: number
 }
 
 export interface ToolConfig {
@@ -307,7 +312,8 @@ export const defaultEdgeConfig: EdgeConfig = {
   headersTimeoutSeconds: 10,
   requestTimeoutSeconds: 30,
   keepAliveTimeoutSeconds: 5,
-  maxConnections: 20_000
+  maxConnections: 20_000,
+  drainSeconds: 2
 }
 
 const positive = (name: string, fallback: number) =>
@@ -470,7 +476,11 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       headersTimeoutSeconds: bounded("HTTP_HEADERS_TIMEOUT_SECONDS", 10, 3600),
       requestTimeoutSeconds: bounded("HTTP_REQUEST_TIMEOUT_SECONDS", 30, 3600),
       keepAliveTimeoutSeconds: bounded("HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", 5, 3600),
-      maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000)
+      maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000),
+      drainSeconds: Config.integer("HTTP_DRAIN_SECONDS").pipe(
+        Config.withDefault(2),
+        Config.validate({ message: "HTTP_DRAIN_SECONDS must be an integer from 0 to 300", validation: (n) => n >= 0 && n <= 300 })
+      )
     }),
     webhooks: Config.all({
       concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),
