@@ -137,6 +137,11 @@ export interface AppConfigShape {
   readonly dbPreparedStatements: number
   /** how often the LISTEN connection is probed (a half-open connection is replaced), src/Database/Listener.ts */
   readonly dbListenProbeSeconds: number
+  /**
+   * DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS: Postgres ends a session idle inside a transaction this
+   * long (0: never), so a hung node's row locks go with it (issue 41; src/Database/Client.ts)
+   */
+  readonly dbIdleInTransactionSeconds: number
   /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
   readonly idempotencyTtlSeconds: number
   readonly tombstoneTtlSeconds: number
@@ -442,6 +447,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.withDefault(15),
       Config.validate({ message: "DB_LISTEN_PROBE_SECONDS must be at least 1", validation: (n) => n >= 1 })
     ),
+    dbIdleInTransactionSeconds: Config.integer("DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS").pipe(
+      Config.withDefault(6),
+      Config.validate({ message: "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS must be at least 0", validation: (n) => n >= 0 })
+    ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
@@ -564,6 +573,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     dbPoolSize: 10,
     dbPreparedStatements: 200,
     dbListenProbeSeconds: 15,
+    dbIdleInTransactionSeconds: 6,
     idempotencyTtlSeconds: 7 * 24 * 3600,
     tombstoneTtlSeconds: 90 * 24 * 3600,
     purgeDelaySeconds: 3600,

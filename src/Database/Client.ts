@@ -185,8 +185,8 @@ export const PgLive = Layer.unwrapScoped(
     })
     const probeMillis = config.dbListenProbeSeconds * 1000
     return Layer.mergeAll(
-      // as long as a shard lease: a hung node's transactions end by the time its cells have moved
-      poolLayer(url, config.dbPoolSize, config.dbPreparedStatements, config.cluster.lockExpirationSeconds * 1000),
+      // as long as a shard lease by default: a hung node's transactions end by the time its cells have moved
+      poolLayer(url, config.dbPoolSize, config.dbPreparedStatements, config.dbIdleInTransactionSeconds * 1000),
       Listener.layer({ url, probeMillis, probeTimeoutMillis: Math.min(probeMillis, 10_000) }),
       Layer.succeed(DatabaseWatch, { lost })
     )
