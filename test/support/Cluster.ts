@@ -16,6 +16,8 @@ import { realSleep } from "./Waiting.js"
 
 /** An answer; `status` 0 when the connection failed (the node died or is gone). */
 export interface Answer {
+  /** the node asked */
+  readonly base: string
   readonly status: number
   readonly json: any
   readonly text: string
@@ -60,10 +62,10 @@ export const send = (
       } catch {
         // not JSON
       }
-      return { status: res.status, json, text, headers: res.headers, at: Date.now(), ms: Date.now() - began }
+      return { base, status: res.status, json, text, headers: res.headers, at: Date.now(), ms: Date.now() - began }
     } catch (e) {
       const at = Date.now()
-      return { status: 0, json: undefined, text: `connection failed: ${String(e)}`, headers: new Headers(), at, ms: at - began }
+      return { base, status: 0, json: undefined, text: `connection failed: ${String(e)}`, headers: new Headers(), at, ms: at - began }
     }
   })
 
@@ -86,7 +88,7 @@ export interface Tally {
   /** any other 5xx: `METHOD path -> status body` */
   unexpected: Array<string>
   /** every answer: when, what, how long it took, its status and RateLimit */
-  readonly trace: Array<{ at: number; what: string; ms: number; status: number; rateLimit: string | null; text: string }>
+  readonly trace: Array<{ at: number; base?: string; what: string; ms: number; status: number; rateLimit: string | null; text: string }>
 }
 
 export const emptyTally = (): Tally => ({
@@ -103,6 +105,7 @@ export const emptyTally = (): Tally => ({
 export const tallyAnswer = (tally: Tally, what: string, a: Answer, allow429 = false) => {
   tally.trace.push({
     at: a.at,
+    base: a.base,
     what,
     ms: a.ms,
     status: a.status,
