@@ -12,7 +12,7 @@ import { Cause, Config, Console, Effect, Exit, Layer, Logger, LogLevel, Option, 
 import { AppConfig } from "./Config/AppConfig.js"
 import { DatabaseLive, DatabaseWatch } from "./Database/Client.js"
 import { isLostConnection } from "./Database/Defects.js"
-import { ServerLive } from "./Edge/Server.js"
+import { DrainLive, ServerLive } from "./Edge/Server.js"
 import { HttpLive } from "./Http.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { localUrl, removeServiceFile, writeServiceFile } from "./Operator/LocalFiles.js"
@@ -79,7 +79,7 @@ const LogFormatLive = Layer.unwrapEffect(
   )
 )
 
-export const MainLive = Announce.pipe(
+export const MainLive = Layer.merge(Announce, DrainLive).pipe(
   Layer.provideMerge(HttpLive),
   Layer.provide(ServerLive),
   Layer.provideMerge(DatabaseLive),

@@ -35,30 +35,33 @@
  * RateLimit) are written there at the end, for a post-mortem.
  */
 import { afterEach, describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
-import { randomBytes } from "node:crypto"
-import * as fs from "node:fs"
-import { OPERATOR_TOKEN } from "./support/App.js"
+import { Effect } from "effect"
 import {
   type Answer,
-  type CellSetup,
   clusterClient,
   type ClusterView,
   clusterView,
   emptyTally,
   isCellUnavailable,
-  provisionCell,
   provisionTenant,
-  readyRunner,
   schemaTimeouts,
   send,
   tallyAnswer
 } from "./support/Cluster.js"
+import {
+  books,
+  busiestRunner,
+  clusterEnv,
+  debugDump,
+  driveLoad,
+  provisionLoadCells,
+  startNodes,
+  timeToAnswer
+} from "./support/ClusterLoad.js"
 import { childDatabase } from "./support/Database.js"
-import { RUN_SCOPES, TERMINAL, TOOL_SCOPES } from "./support/Sandboxes.js"
-import { type ChildServer, killAllChildren, startChild } from "./support/Server.js"
-import { startToolHost, type ToolHost } from "./support/ToolHost.js"
-import { TOOL_ISSUER } from "./support/ToolSandbox.js"
+import { TERMINAL } from "./support/Sandboxes.js"
+import { type ChildServer, killAllChildren } from "./support/Server.js"
+import type { ToolHost } from "./support/ToolHost.js"
 import { realSleep } from "./support/Waiting.js"
 
 afterEach(killAllChildren)
@@ -69,15 +72,6 @@ const TOOL_CELLS = 4
 const BURST = 120
 const RATE_RPS = 0.02
 const POLICY = `"burst";q=${BURST};w=${Math.ceil(BURST / RATE_RPS)}`
-
-const PLAIN_STEPS = [{ type: "sleep", seconds: 1.5 }, { type: "text", text: "done {{input}}" }]
-/** A second of thought, a refund (approval, then the write), a second more, the answer. */
-const TOOL_STEPS = [
-  { type: "sleep", seconds: 1 },
-  { type: "tool_call", tool: "create_refund", input: { order_id: "o-1", amount: 5 } },
-  { type: "sleep", seconds: 1 },
-  { type: "text", text: "Refunded." }
-]
 
 /** `RateLimit: "burst";r=<remaining>;t=<reset>`: the remaining count. */
 const remaining = (a: Answer) => {
@@ -104,81 +98,25 @@ describe("cluster of three nodes", () => {
     () =>
       Effect.scoped(Effect.gen(function*() {
         const { db, sql } = yield* childDatabase
-        const env = {
-          OPERATOR_TOKEN,
-          SECRETS_KEY: randomBytes(32).toString("hex"),
-          // The runners speak TLS with a key from it (D20): the nodes form the cluster all the same.
-          CLUSTER_SECRET: randomBytes(32).toString("hex"),
-          CELL_RATE_LIMIT_RPS: String(RATE_RPS),
-          TOOL_TOKEN_ISSUER: TOOL_ISSUER,
-          DESTINATION_ALLOWLIST: "127.0.0.1/32",
-          TOOL_REQUEST_TIMEOUT_SECONDS: "5",
-          RECONCILE_POLL_SECONDS: "1",
-          DB_POOL_SIZE: "10"
-        }
+        const env = clusterEnv({ CELL_RATE_LIMIT_RPS: String(RATE_RPS) })
         const t0 = Date.now()
-        const debugDir = process.env.CLUSTER_DEBUG_DIR
         const everyNode: Array<ChildServer> = []
         const tally = emptyTally()
-        if (debugDir) {
-          yield* Effect.addFinalizer(() =>
-            Effect.sync(() => {
-              for (const n of everyNode) fs.writeFileSync(`${debugDir}/node-${n.pid}.log`, n.output())
-              fs.writeFileSync(
-                `${debugDir}/trace.log`,
-                tally.trace.map((t) => `${new Date(t.at).toISOString()} ${t.ms}ms ${t.what} -> ${t.status} ${t.rateLimit ?? ""} ${t.text}`)
-                  .join("\n")
-              )
-            })
-          )
-        }
+        yield* debugDump(() => everyNode, tally)
         // ---- three nodes, each ready (its runner joined) ------------------------------------------
-        const nodes = yield* Effect.promise(() => Promise.all(Array.from({ length: NODES }, () => startChild(db.url, env))))
+        const { addresses, nodeOf, nodes } = yield* startNodes(db.url, env, NODES)
         everyNode.push(...nodes)
-        const addresses = yield* Effect.forEach(nodes, (n) => readyRunner(n), { concurrency: "unbounded" })
         const startMs = Date.now() - t0
-        expect(new Set(addresses).size).toBe(NODES)
-        const nodeOf = new Map(addresses.map((address, i) => [address, nodes[i]!]))
         let live: ReadonlyArray<ChildServer> = nodes
-        let view: ClusterView = yield* clusterView(nodes[0]!)
-        for (let i = 0; i < 100 && view.runners.filter((r) => r.healthy).length < NODES; i++) {
-          yield* realSleep(200)
-          view = yield* clusterView(nodes[0]!)
-        }
-        expect(view.runners.filter((r) => r.healthy).map((r) => r.address).sort()).toEqual([...addresses].sort())
 
         const client = clusterClient(() => live, tally)
 
         // ---- the customers: eight cells (four with a tool server), two fresh ones for the rate checks
-        const hosts = new Map<number, ToolHost>()
-        // The tool servers fetch the platform's key set from one node (a load balancer's job in real
-        // life): from a survivor once the victim is chosen, so no verification meets the kill (a
-        // customer whose key set fetch dies with the node refuses the call: 401, no write).
+        // The tool servers fetch the platform's key set from one node: from a survivor once the
+        // victim is chosen, so no verification meets the kill (a customer whose key set fetch dies
+        // with the node refuses the call: 401, no write).
         let jwksFrom: ChildServer = nodes[0]!
-        const jwksBase = () => jwksFrom.baseUrl
-        const setups = yield* Effect.forEach(
-          Array.from({ length: PLAIN_CELLS + TOOL_CELLS }, (_, i) => i),
-          (i) =>
-            i < PLAIN_CELLS
-              ? provisionCell(client, `Plain ${i}`, RUN_SCOPES, PLAIN_STEPS)
-              : provisionCell(client, `Tools ${i}`, TOOL_SCOPES, TOOL_STEPS, (tenant) =>
-                Effect.gen(function*() {
-                  const host = yield* startToolHost({
-                    jwksUrl: () => `${jwksBase()}${tenant.P}/jwks.json`,
-                    issuer: TOOL_ISSUER,
-                    tenantId: () => tenant.tenantId
-                  })
-                  host.knobs.afterWrite = "slow" // answers after 1.5 s: writes are in flight at the kill
-                  hosts.set(i, host)
-                  return host.baseUrl
-                })),
-          { concurrency: 4 }
-        )
-        const cells: ReadonlyArray<CellSetup & { readonly index: number; readonly tool: boolean }> = setups.map((s, i) => ({
-          ...s,
-          index: i,
-          tool: i >= PLAIN_CELLS
-        }))
+        const { cells, hosts } = yield* provisionLoadCells(client, PLAIN_CELLS, TOOL_CELLS, () => jwksFrom)
         const rateCells = yield* Effect.forEach(["Rate before", "Rate after"], (name) => provisionTenant(client, name, ["tenants:read"]))
         const setupMs = Date.now() - t0 - startMs
 
@@ -222,93 +160,16 @@ describe("cluster of three nodes", () => {
         const rateBeforeMs = yield* rateCheck("before the kill, 3 nodes", nodes, rateCells[0]!.key)
 
         // ---- runs on every cell, round robin over the live nodes ----------------------------------------
-        interface Admitted {
-          readonly id: string
-          readonly cell: number
-          readonly at: number
-        }
-        const admitted = new Map<string, Admitted>()
-        const refusals: Array<string> = []
-        const pace = { plain: 600, tool: 1500 }
-        let driving = true
-        const worker = (cell: (typeof cells)[number]) =>
-          Effect.gen(function*() {
-            let n = 0
-            while (driving) {
-              const began = Date.now()
-              const conv = yield* client.call("POST", `${cell.P}/conversations`, cell.key, {
-                workspace_id: cell.workspaceId,
-                agent_revision_id: cell.revisionId
-              })
-              if (conv.status === 201) {
-                const run = yield* client.call("POST", `${cell.P}/conversations/${conv.json.data.id}/runs`, cell.key, {
-                  input: [{ type: "text", text: `cell ${cell.index} run ${n++}` }]
-                })
-                if (run.status === 202 || run.status === 200) {
-                  if (!admitted.has(run.json.data.id)) {
-                    admitted.set(run.json.data.id, { id: run.json.data.id, cell: cell.index, at: Date.now() })
-                  }
-                } else refusals.push(`run on cell ${cell.index}: ${run.status} ${run.text.slice(0, 300)}`)
-              } else refusals.push(`conversation on cell ${cell.index}: ${conv.status} ${conv.text.slice(0, 300)}`)
-              yield* realSleep(Math.max(50, (cell.tool ? pace.tool : pace.plain) - (Date.now() - began)))
-            }
-          })
-
-        // The user approves every write as soon as its run asks (polled in the database, so the
-        // cells' limits are spent on decisions only).
-        let approving = true
-        const decisions = { approved: 0, failed: [] as Array<string> }
-        const approver = (cell: (typeof cells)[number]) =>
-          Effect.gen(function*() {
-            let token: string | undefined
-            const decided = new Set<string>()
-            while (approving) {
-              const waiting = yield* Effect.orDie(sql<{ id: string }>`
-                SELECT id FROM runs WHERE workspace_id = ${cell.workspaceId} AND status = 'requires_action'`)
-              for (const { id } of waiting) {
-                if (decided.has(id)) continue
-                const list = yield* client.call("GET", `${cell.P}/approvals?run_id=${id}&status=pending`, cell.key)
-                if (list.status !== 200) {
-                  decisions.failed.push(`list approvals of ${id}: ${list.status} ${list.text.slice(0, 200)}`)
-                  continue
-                }
-                for (const approval of list.json.items as Array<{ id: string }>) {
-                  token ??= yield* cell.actorToken!()
-                  let d = yield* client.call("POST", `${cell.P}/approvals/${approval.id}/decision`, cell.key, { decision: "approve" }, {
-                    "x-actor-token": token
-                  })
-                  if (d.status === 403 && d.json?.error?.code === "actor_token_invalid") {
-                    token = yield* cell.actorToken!()
-                    d = yield* client.call("POST", `${cell.P}/approvals/${approval.id}/decision`, cell.key, { decision: "approve" }, {
-                      "x-actor-token": token
-                    })
-                  }
-                  if (d.status === 200) {
-                    decisions.approved++
-                    decided.add(id)
-                  } else decisions.failed.push(`decide ${approval.id} (run ${id}): ${d.status} ${d.text.slice(0, 200)}`)
-                }
-              }
-              yield* realSleep(300)
-            }
-          })
-
         const driveStarted = Date.now()
-        const workers = yield* Effect.forEach(cells, (c) => Effect.fork(worker(c)))
-        const approvers = yield* Effect.forEach(cells.filter((c) => c.tool), (c) => Effect.fork(approver(c)))
+        const load = yield* driveLoad(client, cells, sql)
+        const { admitted, refusals, pace, decisions } = load
         yield* realSleep(6000)
         const admittedBeforeKill = admitted.size
         const admissionRate = admittedBeforeKill / ((Date.now() - driveStarted) / 1000)
 
         // ---- who owns what, and the kill of the busiest node ----------------------------------------------
-        const tenantOf = new Map(cells.map((c) => [c.tenantId, c]))
-        const before = (yield* clusterView(nodes[0]!)).cells.filter((c) => tenantOf.has(c.tenant_id))
-        expect(before.map((c) => c.tenant_id).sort(), "every cell placed before the kill").toEqual(cells.map((c) => c.tenantId).sort())
-        const perRunner = new Map<string, number>(addresses.map((a) => [a, 0]))
-        for (const c of before) perRunner.set(c.runner, (perRunner.get(c.runner) ?? 0) + 1)
-        const [victimAddress] = [...perRunner.entries()].sort((x, y) => y[1] - x[1])[0]!
+        const { before, moving, perRunner, tenantOf, victimAddress } = yield* busiestRunner(nodes[0]!, cells, addresses)
         const victim = nodeOf.get(victimAddress)!
-        const moving = before.filter((c) => c.runner === victimAddress)
         const survivors = nodes.filter((n) => n !== victim)
         const survivorAddresses = addresses.filter((a) => a !== victimAddress)
         jwksFrom = survivors[0]!
@@ -348,26 +209,9 @@ describe("cluster of three nodes", () => {
 
         // ---- each moved cell answers again on a survivor ------------------------------------------
         const probeLast = new Map<string, string>()
-        const probe = (cell: CellSetup) =>
-          Effect.gen(function*() {
-            let turn = 0
-            while (Date.now() - killedAt < 60_000) {
-              const a = yield* send(
-                survivors[turn++ % survivors.length]!.baseUrl,
-                "GET",
-                `${cell.P}/workspaces/${cell.workspaceId}`,
-                cell.key
-              )
-              tallyAnswer(tally, `probe GET ${cell.P}/workspaces`, a)
-              if (a.status === 200) return Date.now() - killedAt
-              // (a 5xx other than 503 is counted as unexpected, and the probe goes on)
-              if (a.status !== 0 && a.status < 500) throw new Error(`probe of ${cell.tenantId}: ${a.status} ${a.text}`)
-              probeLast.set(cell.tenantId, `${Date.now() - killedAt} ms: ${a.status} ${a.text.slice(0, 200)}`)
-              yield* realSleep(250)
-            }
-            return -1
-          })
-        const moveTimes = yield* Effect.forEach(movingCells, probe, { concurrency: "unbounded" })
+        const moveTimes = yield* Effect.forEach(movingCells, (c) => timeToAnswer(c, survivors, killedAt, tally, probeLast), {
+          concurrency: "unbounded"
+        })
         const moveMs = Math.max(0, ...moveTimes)
         const duringMove = tally.trace.filter((t) => t.at > killedAt && t.at <= killedAt + moveMs)
         const unavailableDuringMove = duringMove.filter((t) => t.status === 503).length
@@ -375,76 +219,25 @@ describe("cluster of three nodes", () => {
         expect(moveTimes.filter((ms) => ms < 0), `moved cells that never answered: ${JSON.stringify([...probeLast])}\n${tail(survivors)}`)
           .toEqual([])
         yield* realSleep(3000) // a few more runs on the moved cells
-        driving = false
-        yield* Effect.forEach(workers, Fiber.join)
+        yield* load.stop
 
-        // ---- every admitted run ends ------------------------------------------------------------------
-        const workspaces = cells.map((c) => c.workspaceId)
-        const runsNow = Effect.orDie(sql<{ id: string; status: string; workspace_id: string }>`
-          SELECT id, status, workspace_id FROM runs WHERE workspace_id IN ${sql.in(workspaces)}`)
-        let runs = yield* runsNow
-        const drainStarted = Date.now()
-        while (Date.now() - drainStarted < 60_000 && !runs.every((r) => TERMINAL.includes(r.status))) {
-          yield* realSleep(250)
-          runs = yield* runsNow
-        }
-        const drainMs = Date.now() - drainStarted
-        approving = false
-        yield* Effect.forEach(approvers, Fiber.join)
-        const status = new Map(runs.map((r) => [r.id, r.status]))
-        const lost = [...admitted.keys()].filter((id) => !status.has(id))
-        const unended = runs.filter((r) => !TERMINAL.includes(r.status))
-        const notSucceeded = runs.filter((r) => r.status !== "succeeded")
-        const unknownRuns = runs.filter((r) => !admitted.has(r.id))
-
-        // ---- the writes, as the tool servers saw them ------------------------------------------------
-        // Each approved write is executed at most once (one operation id per run, whatever the
-        // deliveries of that id). A write its run's owner dispatched but never delivered before it
-        // died is reconciled by the new owner as `not_found`: the service does not replay it
-        // (contract 4.1 rule 3), the tool call fails `write_not_applied` and the scripted agent
-        // answers anyway. Such a run must not have reached the tool server.
-        const toolRuns = runs.filter((r) => cells.some((c) => c.tool && c.workspaceId === r.workspace_id))
-        const toolFailures = toolRuns.length === 0 ? [] : yield* Effect.orDie(sql<{ run_id: string; data: any }>`
-          SELECT run_id, data FROM run_events WHERE run_id IN ${sql.in(toolRuns.map((r) => r.id))} AND type = 'run.tool_call.failed'`)
-        const notApplied = new Set(toolFailures.filter((f) => f.data?.error?.type === "write_not_applied").map((f) => f.run_id))
-        let writeRequests = 0
-        let duplicates = 0
-        const writeProblems: Array<string> = []
-        for (const [index, host] of hosts) {
-          const mine = toolRuns.filter((r) => r.workspace_id === cells[index]!.workspaceId)
-          const writes = host.calls.filter((c) => c.path === "/refunds")
-          writeRequests += writes.length
-          const operationsOf = new Map<string, Set<string>>()
-          for (const w of writes) {
-            const ops = operationsOf.get(w.claims.run_id) ?? new Set<string>()
-            ops.add(w.operationId!)
-            operationsOf.set(w.claims.run_id, ops)
-          }
-          for (const [runId, ops] of operationsOf) {
-            duplicates += ops.size - 1
-            if (!status.has(runId)) writeProblems.push(`cell ${index}: a write for run ${runId}, not one of its runs`)
-          }
-          for (const run of mine) {
-            const ops = operationsOf.get(run.id)?.size ?? 0
-            const expected = notApplied.has(run.id) ? 0 : 1
-            if (ops !== expected) {
-              const failures = toolFailures.filter((f) => f.run_id === run.id).map((f) => f.data?.error)
-              writeProblems.push(
-                `cell ${index}: run ${run.id} (${run.status}) wrote ${ops} times; its tool call failures: ${JSON.stringify(failures)}`
-              )
-            }
-          }
-          // one refund kept per operation id, so one per run that wrote
-          if (host.refunds.size !== operationsOf.size) {
-            writeProblems.push(`cell ${index}: ${host.refunds.size} refunds for ${operationsOf.size} runs that wrote`)
-          }
-          if (host.rejected.length > 0) writeProblems.push(`cell ${index}: rejected ${JSON.stringify(host.rejected)}`)
-        }
-        const writesDone = [...hosts.values()].reduce((n, h) => n + h.refunds.size, 0)
-        const reconciliations = [...hosts.values()].reduce(
-          (n, h) => n + h.calls.filter((c) => c.path.startsWith("/refunds/operations/")).length,
-          0
-        )
+        // ---- every admitted run ends, each approved write ran once --------------------------------------
+        const {
+          drainMs,
+          duplicates,
+          lost,
+          notApplied,
+          notSucceeded,
+          reconciliations,
+          runs,
+          toolRuns,
+          unended,
+          unknownRuns,
+          writeProblems,
+          writeRequests,
+          writesDone
+        } = yield* books(sql, cells, hosts, admitted)
+        yield* load.stopApproving
 
         // ---- the cluster after the move, as a survivor sees it --------------------------------------
         const movedOk = (v: ClusterView) =>

@@ -104,7 +104,9 @@ const runtime = (world: World, runs: Partial<RunConfig> = {}) =>
     Layer.provide(makeTestLayer(OperationsRepo)({ unsettled: () => Effect.succeed(undefined) })),
     // One runner in memory (the cluster's own test runner), on the real clock like the service's.
     Layer.provide(onRealClock(TestRunner.layer)),
-    Layer.provide(Layer.succeed(ClusterNode, { address: "unit:0", joined: Effect.succeed(true), expirationSeconds: 10 })),
+    Layer.provide(
+      Layer.succeed(ClusterNode, { address: "unit:0", joined: Effect.succeed(true), expirationSeconds: 10, holdsLease: () => true })
+    ),
     Layer.provide(makeTestLayer(PlacementsRepo)({ placed: () => Effect.void, removed: () => Effect.void })),
     Layer.provide(makeTestLayer(Memory)({})),
     Layer.provide(makeTestLayer(Files)({})),

@@ -51,7 +51,9 @@ describe("configuration", () => {
           { WEBHOOK_LEASE_SECONDS: "15" }, // an attempt takes up to 15 s: its lease must outlast it
           { DB_POOL_SIZE: "2" }, // the cluster runner holds one connection for its shard locks
           { RUNNER_PORT: "70000" },
-          { CLUSTER_LOCK_REFRESH_SECONDS: "6" } // the expiration (10 s) must be at least twice the refresh
+          { CLUSTER_LOCK_REFRESH_SECONDS: "6" }, // the expiration (6 s) must be at least twice the refresh
+          { DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS: "-1" },
+          { HTTP_DRAIN_SECONDS: "301" }
         ]
       ) {
         const loaded = yield* loadSettings(env)

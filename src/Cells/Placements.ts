@@ -16,6 +16,11 @@ export class ClusterNode extends Context.Tag("ClusterNode")<ClusterNode, {
   readonly joined: Effect.Effect<boolean>
   /** a runner whose heartbeat is older than this many seconds is dead (its shards move) */
   readonly expirationSeconds: number
+  /**
+   * this runner's lease on the shard (`group:n`) is confirmed, with a margin to spare: false after
+   * a stall (the lease may have passed to another runner) until its next renewal says (issue 41)
+   */
+  readonly holdsLease: (shardId: string) => boolean
 }>() {}
 
 export const RunnerRow = Schema.Struct({

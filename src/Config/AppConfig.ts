@@ -151,6 +151,11 @@ export interface AppConfigShape {
   readonly dbPreparedStatements: number
   /** how often the LISTEN connection is probed (a half-open connection is replaced), src/Database/Listener.ts */
   readonly dbListenProbeSeconds: number
+  /**
+   * DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS: Postgres ends a session idle inside a transaction this
+   * long (0: never), so a hung node's row locks go with it (issue 41; src/Database/Client.ts)
+   */
+  readonly dbIdleInTransactionSeconds: number
   /** idempotency replay window (D5: 7 days) and tombstone retention (contract part 8: 90 days) */
   readonly idempotencyTtlSeconds: number
   readonly tombstoneTtlSeconds: number
@@ -210,8 +215,10 @@ export interface ClusterConfig {
   /** CLUSTER_LOCK_REFRESH_SECONDS: how often a runner refreshes its shard locks (default 2) */
   readonly lockRefreshSeconds: number
   /**
-   * CLUSTER_LOCK_EXPIRATION_SECONDS: a runner silent this long loses its shards to the others
-   * (default 10; at least twice the refresh): the time a dead node's cells take to move
+   * CLUSTER_LOCK_EXPIRATION_SECONDS: a runner that has not renewed its shard leases for this long
+   * (dead, or hung: issue 41) loses its shards to the others (default 6; at least twice the
+   * refresh): about the time a dead or hung node's cells take to move, and the longest stall a
+   * node survives without failing over
    */
   readonly lockExpirationSeconds: number
   /** CLUSTER_SEND_TIMEOUT_SECONDS: how long a request waits for its cell (e.g. moving) before 503 (default 10) */
@@ -258,6 +265,11 @@ export interface EdgeConfig {
   readonly keepAliveTimeoutSeconds: number
   /** open connections at most (more are refused by the server) */
   readonly maxConnections: number
+  /**
+   * HTTP_DRAIN_SECONDS: on SIGTERM, `/readyz` answers 503 this long (a load balancer's window to
+   * stop sending) while requests are still served; then the listener closes (issue 41)
+   */
+  readonly drainSeconds: number
 }
 
 export interface ToolConfig {
@@ -319,7 +331,8 @@ export const defaultEdgeConfig: EdgeConfig = {
   headersTimeoutSeconds: 10,
   requestTimeoutSeconds: 30,
   keepAliveTimeoutSeconds: 5,
-  maxConnections: 20_000
+  maxConnections: 20_000,
+  drainSeconds: 2
 }
 
 const positive = (name: string, fallback: number) =>
@@ -367,7 +380,7 @@ export const defaultClusterConfig: ClusterConfig = {
   secret: Option.none(),
   runnerPort: Option.none(),
   lockRefreshSeconds: 2,
-  lockExpirationSeconds: 10,
+  lockExpirationSeconds: 6,
   sendTimeoutSeconds: 10,
   sweepSeconds: 10
 }
@@ -452,6 +465,10 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       Config.withDefault(15),
       Config.validate({ message: "DB_LISTEN_PROBE_SECONDS must be at least 1", validation: (n) => n >= 1 })
     ),
+    dbIdleInTransactionSeconds: Config.integer("DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS").pipe(
+      Config.withDefault(6),
+      Config.validate({ message: "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS must be at least 0", validation: (n) => n >= 0 })
+    ),
     idempotencyTtlSeconds: Config.integer("IDEMPOTENCY_TTL_SECONDS").pipe(Config.withDefault(7 * 24 * 3600)),
     tombstoneTtlSeconds: Config.integer("TOMBSTONE_TTL_SECONDS").pipe(Config.withDefault(90 * 24 * 3600)),
     purgeDelaySeconds: Config.integer("PURGE_DELAY_SECONDS").pipe(Config.withDefault(3600)),
@@ -486,7 +503,11 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       headersTimeoutSeconds: bounded("HTTP_HEADERS_TIMEOUT_SECONDS", 10, 3600),
       requestTimeoutSeconds: bounded("HTTP_REQUEST_TIMEOUT_SECONDS", 30, 3600),
       keepAliveTimeoutSeconds: bounded("HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", 5, 3600),
-      maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000)
+      maxConnections: bounded("HTTP_MAX_CONNECTIONS", 20_000, 1_000_000),
+      drainSeconds: Config.integer("HTTP_DRAIN_SECONDS").pipe(
+        Config.withDefault(2),
+        Config.validate({ message: "HTTP_DRAIN_SECONDS must be an integer from 0 to 300", validation: (n) => n >= 0 && n <= 300 })
+      )
     }),
     webhooks: Config.all({
       concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),
@@ -528,7 +549,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       ),
       runnerPort: Config.option(Config.port("RUNNER_PORT")),
       lockRefreshSeconds: bounded("CLUSTER_LOCK_REFRESH_SECONDS", 2, 60),
-      lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 10, 600),
+      lockExpirationSeconds: bounded("CLUSTER_LOCK_EXPIRATION_SECONDS", 6, 600),
       sendTimeoutSeconds: bounded("CLUSTER_SEND_TIMEOUT_SECONDS", 10, 120),
       sweepSeconds: bounded("CLUSTER_SWEEP_SECONDS", 10, 3600)
     }).pipe(
@@ -571,6 +592,7 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
     dbPoolSize: 10,
     dbPreparedStatements: 200,
     dbListenProbeSeconds: 15,
+    dbIdleInTransactionSeconds: 6,
     idempotencyTtlSeconds: 7 * 24 * 3600,
     tombstoneTtlSeconds: 90 * 24 * 3600,
     purgeDelaySeconds: 3600,

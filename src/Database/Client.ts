@@ -104,18 +104,29 @@ export const fairPool = (pool: Pool, share: FairShare, scheduler: FairScheduler)
   return facade
 }
 const PgModule = createRequire(import.meta.url)("pg") as {
-  readonly Pool: new(options: { connectionString: string; max: number; application_name: string }) => Pool
+  readonly Pool: new(
+    options: { connectionString: string; max: number; application_name: string; idle_in_transaction_session_timeout: number }
+  ) => Pool
 }
 
 /**
  * The `pg` pool, made here rather than inside `PgClient.layer` (whose options these are, with the
  * same first `SELECT 1`) so that its counts can be read: `PgClient.layerFromPool` takes it.
+ *
+ * Postgres ends a session left idle inside a transaction for `idleInTransactionMillis`: a process
+ * that hangs mid-transaction (SIGSTOP, a frozen VM) would otherwise hold its row locks, a cell's
+ * among them, until TCP gives up, and the cell's new owner would wait on them (issue 41).
  */
-const pool = (url: Redacted.Redacted, max: number, prepared: number) =>
+const pool = (url: Redacted.Redacted, max: number, prepared: number, idleInTransactionMillis: number) =>
   Effect.acquireRelease(
     Effect.tryPromise({
       try: async () => {
-        const pool = new PgModule.Pool({ connectionString: Redacted.value(url), max, application_name: "agent-platform" })
+        const pool = new PgModule.Pool({
+          connectionString: Redacted.value(url),
+          max,
+          application_name: "agent-platform",
+          idle_in_transaction_session_timeout: idleInTransactionMillis
+        })
         pool.on("error", () => undefined) // an idle client's error: the next query reports it
         pool.on("connect", (client) => prepareStatements(client, prepared))
         try {
@@ -136,12 +147,12 @@ const pool = (url: Redacted.Redacted, max: number, prepared: number) =>
     (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
   )
 
-const poolLayer = (url: Redacted.Redacted, max: number, prepared: number) =>
+const poolLayer = (url: Redacted.Redacted, max: number, prepared: number, idleInTransactionMillis: number) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
       const shares = yield* Shares
       const share = shares.of("db")
-      const made = yield* pool(url, max, prepared)
+      const made = yield* pool(url, max, prepared, idleInTransactionMillis)
       return Layer.merge(
         PgClient.layerFromPool({ acquire: Effect.succeed(fairPool(made, share, shares.scheduler)), applicationName: "agent-platform" }),
         Layer.succeed(DatabasePool, {
@@ -174,7 +185,8 @@ export const PgLive = Layer.unwrapScoped(
     })
     const probeMillis = config.dbListenProbeSeconds * 1000
     return Layer.mergeAll(
-      poolLayer(url, config.dbPoolSize, config.dbPreparedStatements),
+      // as long as a shard lease by default: a hung node's transactions end by the time its cells have moved
+      poolLayer(url, config.dbPoolSize, config.dbPreparedStatements, config.dbIdleInTransactionSeconds * 1000),
       Listener.layer({ url, probeMillis, probeTimeoutMillis: Math.min(probeMillis, 10_000) }),
       Layer.succeed(DatabaseWatch, { lost })
     )

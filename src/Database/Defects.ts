@@ -8,8 +8,12 @@ import { Effect } from "effect"
 export const dieOnSqlError = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, SqlError>, R> =>
   Effect.catchIf(self, (e): e is Extract<E, SqlError> => e instanceof SqlError, Effect.die) as any
 
-/** Postgres SQLSTATEs of a database that is going or gone: connection exceptions (08xxx), shutdowns (57P01-57P03), too many connections. */
-const UNAVAILABLE_STATES = /^(08...|57P0[1-3]|53300)$/
+/**
+ * Postgres SQLSTATEs of a database that is going or gone: connection exceptions (08xxx), shutdowns
+ * (57P01-57P03), too many connections, and a session ended by the server for sitting idle in a
+ * transaction (25P03: this process was stalled mid-transaction, issue 41) or idle (57P05).
+ */
+const UNAVAILABLE_STATES = /^(08...|57P0[1-35]|53300|25P03)$/
 const UNREACHABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN"])
 
 /**
@@ -28,5 +32,5 @@ export const isLostConnection = (error: unknown): boolean => {
   const cause = error as { code?: unknown; message?: unknown } | undefined
   const code = typeof cause?.code === "string" ? cause.code : ""
   return UNAVAILABLE_STATES.test(code) || UNREACHABLE_CODES.has(code) ||
-    (typeof cause?.message === "string" && /Connection terminated/i.test(cause.message))
+    (typeof cause?.message === "string" && /Connection terminated|connection error and is not queryable/i.test(cause.message))
 }

@@ -5,14 +5,19 @@
  * connections closed after `HTTP_KEEP_ALIVE_TIMEOUT_SECONDS`, at most `HTTP_MAX_CONNECTIONS` open
  * connections. A request the HTTP parser refuses (a malformed request line or header, a header
  * value holding U+0000) is answered with the error envelope and the connection closed.
+ *
+ * Stopping (issue 41): `/readyz` answers 503 for HTTP_DRAIN_SECONDS while requests are still
+ * served, then the listener closes and the requests being answered finish; a request that reaches
+ * the node after that (on a kept-alive connection) is answered 503 `shutting_down`.
  */
-import { createServer } from "node:http"
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { Socket } from "node:net"
 
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 
 import { AppConfig, type AppConfigShape } from "../Config/AppConfig.js"
+import { Draining } from "../Kernel/Draining.js"
 import { toEnvelope } from "../Kernel/Errors.js"
 import { newRequestId } from "./RequestIds.js"
 
@@ -37,7 +42,34 @@ const refuseMalformed = (error: Error & { code?: string }, socket: Socket) => {
   )
 }
 
-export const makeServer = (config: AppConfigShape) => () => {
+/** The drain's view of the server: whether it is draining, and the requests it is answering. */
+interface DrainState {
+  draining: boolean
+  readonly inFlight: Set<ServerResponse>
+}
+
+/** The answer to a request that reaches the server once the service stopped handling requests. */
+const refuseStopping = (res: ServerResponse) => {
+  const requestId = newRequestId()
+  const body = JSON.stringify(
+    toEnvelope(
+      { code: "shutting_down", message: "This node is stopping: send the request again (to another node)" },
+      "unavailable",
+      requestId
+    )
+  )
+  res.writeHead(503, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    "retry-after": "1",
+    "x-request-id": requestId,
+    "cache-control": "no-store",
+    connection: "close"
+  })
+  res.end(body)
+}
+
+export const makeServer = (config: AppConfigShape, state: DrainState = { draining: false, inFlight: new Set() }) => () => {
   const server = createServer({
     headersTimeout: config.edge.headersTimeoutSeconds * 1000,
     requestTimeout: config.edge.requestTimeoutSeconds * 1000,
@@ -48,10 +80,56 @@ export const makeServer = (config: AppConfigShape) => () => {
   })
   server.maxConnections = config.edge.maxConnections
   server.on("clientError", refuseMalformed)
+  // Registered first, so it sees each request before the service's handler. While draining, every
+  // answer closes its connection (a kept-alive client reconnects, to another node once the load
+  // balancer has seen /readyz). Once the service's handler is gone (the platform removes it as it
+  // stops, before it closes the server), a request on a kept-alive connection would get no answer:
+  // it is answered 503 here (issue 41).
+  server.on("request", (_req: IncomingMessage, res: ServerResponse) => {
+    if (state.draining) res.setHeader("connection", "close")
+    if (server.listenerCount("request") === 1) return refuseStopping(res)
+    state.inFlight.add(res)
+    res.once("close", () => state.inFlight.delete(res))
+  })
   return server
 }
 
-/** The server on `HOST:PORT`. */
+/**
+ * The server on `HOST:PORT`, with `Draining` and `ServerDrain`. The drain itself is `DrainLive`'s
+ * (main.ts), so a test app built on this layer stops at once.
+ */
 export const ServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, (config) => NodeHttpServer.layer(makeServer(config), { port: config.port, host: config.host }))
+  Effect.map(AppConfig, (config) => {
+    const state: DrainState = { draining: false, inFlight: new Set() }
+    let server: Server | undefined
+    const make = makeServer(config, state)
+    const drain = Effect.gen(function*() {
+      state.draining = true
+      yield* Effect.logInfo(`draining: /readyz answers 503; the listener closes in ${config.edge.drainSeconds} s`)
+      yield* Effect.sleep(Duration.seconds(config.edge.drainSeconds))
+      // No new connections; idle kept-alive ones are closed now, busy ones after their answer.
+      server?.close()
+      server?.closeIdleConnections()
+      // The requests being answered finish (event streams excepted: they end with their cells).
+      const answering = () =>
+        [...state.inFlight].filter((res) => !String(res.getHeader("content-type") ?? "").startsWith("text/event-stream"))
+      const deadline = Date.now() + config.edge.requestTimeoutSeconds * 1000
+      while (answering().length > 0 && Date.now() < deadline) yield* Effect.sleep(Duration.millis(50))
+      yield* Effect.logInfo(`listener closed; ${answering().length} request(s) still being answered`)
+    })
+    return Layer.mergeAll(
+      NodeHttpServer.layer(() => (server = make()), { port: config.port, host: config.host }),
+      Layer.succeed(Draining, { draining: Effect.sync(() => state.draining) }),
+      Layer.succeed(ServerDrain, { drain })
+    )
+  })
 )
+
+/** Drains the server: `/readyz` 503 for HTTP_DRAIN_SECONDS, then the listener closes (issue 41). */
+export class ServerDrain extends Context.Tag("ServerDrain")<ServerDrain, { readonly drain: Effect.Effect<void> }>() {}
+
+/**
+ * The first step of stopping (built last in main.ts, so its finalizer runs first): the drain,
+ * before the service's handler is removed and its cells stop.
+ */
+export const DrainLive = Layer.scopedDiscard(Effect.flatMap(ServerDrain, ({ drain }) => Effect.addFinalizer(() => drain)))

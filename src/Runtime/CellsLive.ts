@@ -10,7 +10,7 @@
  * only while this runner owns its shard. Every so often a command goes through the cluster anyway,
  * so the cluster sees the cell in use.
  */
-import { Entity, Sharding } from "@effect/cluster"
+import { Entity, EntityId, Sharding } from "@effect/cluster"
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
 import { Cause, Clock, Context, Duration, Effect, Either, Layer, Option, Record } from "effect"
 
@@ -160,6 +160,9 @@ const make = Effect.gen(function*() {
     const cell: CellClient = client(key)
     const tag: K = command._tag
     return cell[tag](command).pipe(
+      // A call that times out is interrupted in the background: the interrupt travels to the
+      // owner, and a hung owner would hold the answer until it resumed (issue 41).
+      Effect.disconnect,
       Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => "timed out" }),
       Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
       // The cell was stopped under the request (this node is shutting down, or lost the shard):
@@ -176,9 +179,18 @@ const make = Effect.gen(function*() {
     )
   }
 
-  /** Sends a command to the cell of `id` (starting it if needed) and awaits the reply. */
+  /**
+   * Sends a command to the cell of `id` (starting it if needed) and awaits the reply. A cell whose
+   * shard this runner holds but whose lease it cannot vouch for (it has just resumed from a stall,
+   * or cannot renew) is not served until a renewal tells: another runner may own it now (issue 41).
+   */
   const send = <K extends CellTag>(id: CellId, command: Command<K>): Effect.Effect<Reply<K>> => {
     const key = cellKey(id)
+    const entityId = EntityId.make(key)
+    const shard = sharding.getShardId(entityId, CellEntity.getShardGroup(entityId))
+    if (sharding.hasShardId(shard) && !node.holdsLease(shard.toString())) {
+      return Effect.die(new CellUnavailable({ cell: key, reason: "this node is confirming its lease on the cell" }))
+    }
     const here = local.get(key)
     return here !== undefined && Date.now() - here.routedAt < idleMs / 4 ? here.cell.handle(command) : routed(key, command)
   }

@@ -1,11 +1,13 @@
 /**
  * This node's cluster runner (issue 19): `@effect/cluster` with its SQL storage (message and runner
- * tables, shard locks as Postgres advisory locks) on the service's own database, and its socket
+ * tables, shard locks as leases in `cluster_locks`: src/Runtime/ShardLeases.ts) on the service's
+ * own database, and its socket
  * transport on RUNNER_HOST:RUNNER_PORT. One node is a cluster of one; several nodes on one
  * DATABASE_URL form a cluster with nothing else configured (CLUSTER_SECRET too, when the runners are
  * reachable from elsewhere: src/Runtime/RunnerTransport.ts): cells (entities keyed by
  * tenant/environment) are spread over the runners' shards, and a runner that stops refreshing its
- * shard locks for CLUSTER_LOCK_EXPIRATION_SECONDS loses them to the others.
+ * shard locks for CLUSTER_LOCK_EXPIRATION_SECONDS loses them to the others, whether it died or
+ * hangs with its database sessions open (issue 41).
  *
  * The runner's loops (lock refresh, health checks, polls) always run on the real clock: a suite
  * that moves TestClock by days must not expire every lock. The cells themselves run on the clock
@@ -22,6 +24,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import * as Migrations from "../Database/Migrations.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { layerRunner } from "./RunnerTransport.js"
+import * as ShardLeases from "./ShardLeases.js"
 
 /** A port free on `host` now (RUNNER_PORT unset): the runner listens on it a moment later. */
 const freePort = (host: string) =>
@@ -40,6 +43,9 @@ const shardingConfig = (config: AppConfig["Type"], address: RunnerAddress.Runner
   runnerListenAddress: Option.some(address),
   shardLockRefreshInterval: Duration.seconds(config.cluster.lockRefreshSeconds),
   shardLockExpiration: Duration.seconds(config.cluster.lockExpirationSeconds),
+  // Leases (a row per shard, renewed) rather than advisory locks: an advisory lock lives as long as
+  // its session, and a hung process's session stays open until TCP gives up, hours later (issue 41).
+  shardLockDisableAdvisory: true,
   // A cell nobody sends to for this long (and not busy: see Cell's keepAlive) is stopped.
   entityMaxIdleTime: Duration.seconds(config.cellIdleTimeoutSeconds),
   // How soon a new owner picks up a moved cell's kept-alive message, and sees a changed ring.
@@ -95,9 +101,11 @@ export const ClusterLive = Layer.unwrapEffect(
     // environment, which are the HTTP server's.
     // Its transport: TLS with a key derived from CLUSTER_SECRET when set (D20), else plain TCP
     // (AppConfig allows that only on a loopback RUNNER_HOST).
+    const leases = ShardLeases.make(config.cluster.lockExpirationSeconds, config.cluster.lockRefreshSeconds)
     const runner = layerRunner({
       shardingConfig: shardingConfig(config, address),
-      secret: Option.getOrUndefined(config.cluster.secret)
+      secret: Option.getOrUndefined(config.cluster.secret),
+      runnerStorage: leases.storage
     }).pipe(
       Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map()))),
       Layer.orDie
@@ -130,7 +138,12 @@ export const ClusterLive = Layer.unwrapEffect(
             )
           }
         }).pipe(Effect.forkScoped)
-        return { address: me, joined: Ref.get(joined), expirationSeconds: config.cluster.lockExpirationSeconds }
+        return {
+          address: me,
+          joined: Ref.get(joined),
+          expirationSeconds: config.cluster.lockExpirationSeconds,
+          holdsLease: leases.leases.holds
+        }
       })
     )
     return onRealClock(Layer.merge(boundedStop(runner), Layer.provide(node, PlacementsRepo.Default)))

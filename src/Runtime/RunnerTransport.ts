@@ -16,10 +16,11 @@
  * Without CLUSTER_SECRET (allowed only when RUNNER_HOST is a loopback address, AppConfig), the
  * library's own plain layers are used, as before.
  */
-import { RunnerHealth, Runners, ShardingConfig, SocketRunner, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
+import { RunnerHealth, Runners, type RunnerStorage, ShardingConfig, SocketRunner, SqlMessageStorage } from "@effect/cluster"
 import { Socket, SocketServer } from "@effect/platform"
 import { NodeClusterSocket, NodeSocket } from "@effect/platform-node"
 import { RpcClient, RpcSerialization } from "@effect/rpc"
+import type { SqlClient } from "@effect/sql"
 import { Deferred, Effect, Exit, FiberSet, Layer, Redacted, Runtime, Scope } from "effect"
 import { hkdfSync } from "node:crypto"
 import * as tls from "node:tls"
@@ -205,6 +206,8 @@ export const layerSocketServer = (psk: Buffer) =>
 export const layerRunner = (options: {
   readonly shardingConfig: Partial<ShardingConfig.ShardingConfig["Type"]>
   readonly secret: Redacted.Redacted<string> | undefined
+  /** the runner storage (shard leases and the runners table: src/Runtime/ShardLeases.ts) */
+  readonly runnerStorage: Layer.Layer<RunnerStorage.RunnerStorage, never, SqlClient.SqlClient | ShardingConfig.ShardingConfig>
 }) => {
   const psk = options.secret === undefined ? undefined : derivePsk(options.secret)
   const clientProtocol = psk === undefined ? NodeClusterSocket.layerClientProtocol : layerClientProtocol(psk)
@@ -213,7 +216,7 @@ export const layerRunner = (options: {
   return Layer.provide(SocketRunner.layer, [socketServer, clientProtocol]).pipe(
     Layer.provide(health),
     Layer.provideMerge(Layer.orDie(SqlMessageStorage.layer)),
-    Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+    Layer.provide(options.runnerStorage),
     Layer.provide(ShardingConfig.layerFromEnv(options.shardingConfig)),
     // exactly the library's (no msgpackr records): nodes of either composition understand each other
     Layer.provide(RpcSerialization.layerMsgPackWith({}))

@@ -16,6 +16,8 @@ import { realSleep } from "./Waiting.js"
 
 /** An answer; `status` 0 when the connection failed (the node died or is gone). */
 export interface Answer {
+  /** the node asked */
+  readonly base: string
   readonly status: number
   readonly json: any
   readonly text: string
@@ -31,7 +33,13 @@ export const send = (
   method: string,
   path: string,
   token: string,
-  options: { readonly body?: unknown; readonly idempotencyKey?: string; readonly headers?: Record<string, string> } = {}
+  options: {
+    readonly body?: unknown
+    readonly idempotencyKey?: string
+    readonly headers?: Record<string, string>
+    /** the client gives up after this (default 60 s): status 0 */
+    readonly timeoutMs?: number
+  } = {}
 ) =>
   Effect.promise(async (): Promise<Answer> => {
     const began = Date.now()
@@ -45,7 +53,7 @@ export const send = (
           ...options.headers
         },
         ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
-        signal: AbortSignal.timeout(60_000)
+        signal: AbortSignal.timeout(options.timeoutMs ?? 60_000)
       })
       const text = await res.text()
       let json: any = undefined
@@ -54,18 +62,20 @@ export const send = (
       } catch {
         // not JSON
       }
-      return { status: res.status, json, text, headers: res.headers, at: Date.now(), ms: Date.now() - began }
+      return { base, status: res.status, json, text, headers: res.headers, at: Date.now(), ms: Date.now() - began }
     } catch (e) {
       const at = Date.now()
-      return { status: 0, json: undefined, text: `connection failed: ${String(e)}`, headers: new Headers(), at, ms: at - began }
+      return { base, status: 0, json: undefined, text: `connection failed: ${String(e)}`, headers: new Headers(), at, ms: at - began }
     }
   })
 
 export const isCellUnavailable = (a: Answer) => a.status === 503 && a.json?.error?.code === "cell_unavailable"
+/** 503 `database_unavailable`: a node lost its connection under the request (retried like a 503 `cell_unavailable`) */
+const isDatabaseUnavailable = (a: Answer) => a.status === 503 && a.json?.error?.code === "database_unavailable"
 
 /** What a client saw, over every request it made. */
 export interface Tally {
-  /** 503 `cell_unavailable` answers (each retried after its Retry-After) */
+  /** 503 `cell_unavailable` (or `database_unavailable`) answers (each retried after its Retry-After) */
   unavailable: number
   /** 503 `cell_unavailable` answers without `Retry-After: 2` */
   badRetryAfter: number
@@ -78,7 +88,7 @@ export interface Tally {
   /** any other 5xx: `METHOD path -> status body` */
   unexpected: Array<string>
   /** every answer: when, what, how long it took, its status and RateLimit */
-  readonly trace: Array<{ at: number; what: string; ms: number; status: number; rateLimit: string | null; text: string }>
+  readonly trace: Array<{ at: number; base?: string; what: string; ms: number; status: number; rateLimit: string | null; text: string }>
 }
 
 export const emptyTally = (): Tally => ({
@@ -95,13 +105,14 @@ export const emptyTally = (): Tally => ({
 export const tallyAnswer = (tally: Tally, what: string, a: Answer, allow429 = false) => {
   tally.trace.push({
     at: a.at,
+    base: a.base,
     what,
     ms: a.ms,
     status: a.status,
     rateLimit: a.headers.get("ratelimit"),
     text: a.status >= 300 ? a.text.slice(0, 200) : ""
   })
-  if (isCellUnavailable(a)) {
+  if (isCellUnavailable(a) || isDatabaseUnavailable(a)) {
     tally.unavailable++
     if (a.headers.get("retry-after") !== "2") tally.badRetryAfter++
     return true

@@ -1,5 +1,5 @@
 /**
- * The service as a real child process (`node --import tsx src/main.ts`), for kill -9 tests.
+ * The service as a real child process (`node --import tsx src/main.ts`), for kill -9 and SIGSTOP tests.
  *
  * Each child leads its own process group (tsx runs in-process, so the group is the service
  * itself); `kill9` sends SIGKILL to the whole group. Every child started here is remembered until
@@ -50,6 +50,8 @@ export interface ChildServer {
   readonly output: () => string
   /** SIGKILL to the whole process group: no cleanup, no graceful anything. Idempotent. */
   readonly kill9: () => Promise<void>
+  /** Sends `signal` to the whole process group (SIGSTOP and SIGCONT: a hung node, issue 41). */
+  readonly signal: (signal: NodeJS.Signals) => void
 }
 
 const alive = new Set<ChildServer>()
@@ -112,7 +114,18 @@ export const startChild = async (databaseUrl: string, env: Record<string, string
     await exited
     fs.rmSync(dataDir, { recursive: true, force: true })
   })())
-  const server: ChildServer = { baseUrl: `http://127.0.0.1:${port}`, dataDir, pid: child.pid ?? -1, child, output: () => output, kill9 }
+  const signal = (name: NodeJS.Signals) => {
+    if (child.pid !== undefined) process.kill(-child.pid, name)
+  }
+  const server: ChildServer = {
+    baseUrl: `http://127.0.0.1:${port}`,
+    dataDir,
+    pid: child.pid ?? -1,
+    child,
+    output: () => output,
+    kill9,
+    signal
+  }
   alive.add(server)
 
   const deadline = Date.now() + LISTEN_TIMEOUT
