@@ -14,7 +14,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Socket } from "node:net"
 
 import { NodeHttpServer } from "@effect/platform-node"
-import { Context, Duration, Effect, Layer } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Layer, Option } from "effect"
 
 import { AppConfig, type AppConfigShape } from "../Config/AppConfig.js"
 import { Draining } from "../Kernel/Draining.js"
@@ -132,4 +132,12 @@ export class ServerDrain extends Context.Tag("ServerDrain")<ServerDrain, { reado
  * The first step of stopping (built last in main.ts, so its finalizer runs first): the drain,
  * before the service's handler is removed and its cells stop.
  */
-export const DrainLive = Layer.scopedDiscard(Effect.flatMap(ServerDrain, ({ drain }) => Effect.addFinalizer(() => drain)))
+export const DrainLive = Layer.scopedDiscard(Effect.flatMap(ServerDrain, ({ drain }) =>
+  Effect.addFinalizer((exit) =>
+    // The embedded database died: nothing can be served in a drain window, and the process must
+    // stop at once for its supervisor to restart both (stopping 2 s later with the database gone
+    // left the process hanging: Startup.NpmStart).
+    Exit.isFailure(exit) && Option.exists(Cause.failureOption(exit.cause), (e) => isDatabaseLost(e)) ? Effect.void : drain
+  )))
+
+const isDatabaseLost = (e: unknown) => typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "DatabaseLost"
