@@ -12,6 +12,8 @@ export const AccountRow = Schema.Struct({
   totp_secret: Schema.NullOr(Schema.String),
   totp_enrolled_at: Rows.TimeOrNull,
   organization_id: Schema.NullOr(Schema.String),
+  /** a customer's member, or an operator (issue 39): a session opens only its own kind's pages */
+  kind: Schema.Literal("member", "operator"),
   created_at: Rows.Time
 })
 export type AccountRow = typeof AccountRow.Type
@@ -57,6 +59,12 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
     const insertAccount = (a: { id: string; email: string; passwordHash: string; at: Date }) =>
       sql`INSERT INTO console_accounts (id, email, password_hash, created_at)
           VALUES (${a.id}, ${a.email}, ${a.passwordHash}, ${a.at})
+          ON CONFLICT (email) DO NOTHING RETURNING *`.pipe(Rows.maybe(AccountRow))
+
+    /** An operator's account (issue 39), its address verified by whoever runs the CLI; undefined when the address has an account. */
+    const insertOperator = (a: { id: string; email: string; passwordHash: string; at: Date }) =>
+      sql`INSERT INTO console_accounts (id, email, password_hash, verified_at, kind, created_at)
+          VALUES (${a.id}, ${a.email}, ${a.passwordHash}, ${a.at}, 'operator', ${a.at})
           ON CONFLICT (email) DO NOTHING RETURNING *`.pipe(Rows.maybe(AccountRow))
 
     const account = (id: string) => sql`SELECT * FROM console_accounts WHERE id = ${id}`.pipe(Rows.maybe(AccountRow))
@@ -174,6 +182,7 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
     return {
       signingKey,
       insertAccount,
+      insertOperator,
       account,
       accountByEmail,
       markVerified,
