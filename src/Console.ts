@@ -22,9 +22,11 @@ import * as S from "./Console/Secrets.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { makeId } from "./Kernel/Ids.js"
+import type { CellRef } from "./Kernel/Principal.js"
 import { requestId } from "./Kernel/RequestId.js"
 import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
+import { Tools } from "./Tools.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
 export class Refused extends Data.TaggedError("Refused")<{ readonly status: number; readonly message: string }> {}
@@ -71,6 +73,7 @@ export class Console extends Effect.Service<Console>()("Console", {
     const secrets = yield* Secrets
     const operator = yield* Operator
     const audit = yield* Audit
+    const tools = yield* Tools
     // the console's requests are no operator-plane requests: the approval's `about` has no audit
     // entry of the edge's to name (this service writes its own)
     const work = yield* UnitOfWork
@@ -464,6 +467,23 @@ export class Console extends Effect.Service<Console>()("Console", {
         ? Effect.void
         : refuse(403, "Set up two-factor authentication first.")
 
+    /** An operator account's action in a cell's audit log (the shared token's entries name `operator`). */
+    const auditOperator = (m: Member, cell: CellRef, action: string, resource: { type: string; id: string }) =>
+      Effect.flatMap(
+        requestId,
+        (rid) =>
+          audit.record({
+            cell,
+            actor: { type: "operator", id: m.accountId },
+            keyId: null,
+            action,
+            resource,
+            requestId: rid,
+            status: 200,
+            ip: null
+          })
+      )
+
     /**
      * An operator's decision on a pilot application, through the operator plane's own approval or
      * rejection; the approval's audit entry (in the new sandbox's log) names the operator account.
@@ -485,20 +505,32 @@ export class Console extends Effect.Service<Console>()("Console", {
           Effect.provideService(UnitOfWork, work),
           Effect.catchTags({ NotFound: (e) => refused(e, 404), Conflict: (e) => refused(e, 409) })
         )
-        yield* audit.record({
-          cell: { tenantId: approved.tenant_id, environment: "sandbox" },
-          actor: { type: "operator", id: m.accountId },
-          keyId: null,
-          action: "approvePilotApplication",
-          resource: { type: "pilot_application", id },
-          requestId: yield* requestId,
-          status: 200,
-          ip: null
+        yield* auditOperator(m, { tenantId: approved.tenant_id, environment: "sandbox" }, "approvePilotApplication", {
+          type: "pilot_application",
+          id
         })
       })
 
     const pilotQueue = (m: Member, status: "submitted" | "approved" | "rejected" | null) =>
       Effect.zipRight(asOperator(m), operator.pilotQueue(status))
+
+    const connectionQueue = (m: Member) => Effect.zipRight(asOperator(m), tools.pendingReview())
+
+    /** An operator's review of a connection, through the operator plane's own; audited in its cell as the account's. */
+    const reviewConnection = (m: Member, id: string, decision: "approve" | "reject", note: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const reviewed = yield* tools.review(id, decision, note.trim() === "" ? undefined : note.trim()).pipe(
+          Effect.provideService(UnitOfWork, work),
+          Effect.catchTags({
+            NotFound: (e) => refuse(404, e.message),
+            Conflict: (e) => refuse(409, e.message)
+          })
+        )
+        const row = yield* repo.connectionCell(id)
+        yield* auditOperator(m, { tenantId: row.tenant_id, environment: row.environment }, "reviewConnection", { type: "connection", id })
+        return reviewed
+      })
 
     const withDefects = <A, E, R>(effect: Effect.Effect<A, E, R>) => dieOnSqlError(effect)
     return {
@@ -524,6 +556,9 @@ export class Console extends Effect.Service<Console>()("Console", {
       decidePilot: (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
         withDefects(decidePilot(m, id, decision, reason)),
       pilotQueue: (m: Member, status: Parameters<typeof pilotQueue>[1]) => withDefects(pilotQueue(m, status)),
+      connectionQueue: (m: Member) => withDefects(connectionQueue(m)),
+      reviewConnection: (m: Member, id: string, decision: "approve" | "reject", note: string) =>
+        withDefects(reviewConnection(m, id, decision, note)),
       /** The CSRF token of a session or pre-session cookie value. */
       csrfOf: (cookie: string) => S.sign(signingKey, `csrf:${cookie}`)
     } as const

@@ -143,8 +143,8 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default,
-  // the console (issue 38) acts through the same Operator, Audit and Secrets (layers are shared by reference)
-  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default]))
+  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets and Tools (layers are shared by reference)
+  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default, Tools.Default]))
 ).pipe(
   Layer.provideMerge(CellsLive),
   Layer.provideMerge(ClusterLive),

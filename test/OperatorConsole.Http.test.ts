@@ -10,10 +10,34 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 
 import { makeTestApp, TestApp } from "./support/App.js"
-import { operator } from "./support/Client.js"
+import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
 import { browser, enrolled, PASSWORD, signedUp } from "./support/Console.js"
+import { expectSingle } from "./support/Envelopes.js"
+import { TOOL_SCOPES } from "./support/Sandboxes.js"
+import { connectionBody } from "./support/ToolHost.js"
+import { toolSettings } from "./support/ToolSandbox.js"
 
 const P = "/operator/console"
+
+/** An operator account made through the operator plane, signed in, TOTP enrolled. */
+const signedInOperator = (email: string) =>
+  Effect.gen(function*() {
+    const made = yield* operator("POST", "/operator-accounts", { email })
+    expect(made.status, made.text).toBe(201)
+    const ops = browser()
+    yield* ops.get(`${P}/sign-in`)
+    const signedIn = yield* ops.post(`${P}/sign-in`, { email, password: made.body.password })
+    expect(signedIn.status, signedIn.text).toBe(303)
+    yield* enrolled(ops, P)
+    return { ops, accountId: made.body.id as string }
+  })
+
+/** The audit entries of `action` in a tenant's sandbox: who. */
+const auditedAs = (tenantId: string, action: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ actor_type: string; actor_id: string }>`
+      SELECT actor_type, actor_id FROM audit_entries WHERE tenant_id = ${tenantId} AND action = ${action}
+      ORDER BY occurred_at`.pipe(Effect.orDie))
 
 describe("operator console over HTTP (issue 39)", () => {
   it.live(
@@ -79,6 +103,49 @@ describe("operator console over HTTP (issue 39)", () => {
         yield* forged.get("/console/sign-in")
         expect((yield* forged.post("/console/sign-in", { email: "ops@platform.test", password })).status).toBe(401)
       }).pipe(Effect.provide(makeTestApp())),
+    60_000
+  )
+
+  it.live(
+    "connections pending review: each operation's effect, paths and schemas, the destination's address class; approve and reject",
+    () =>
+      Effect.gen(function*() {
+        const { accountId, ops } = yield* signedInOperator("ops@platform.test")
+        const sb = yield* provisionSandbox()
+        const key = (yield* createKey(sb.tenantId, TOOL_SCOPES, "manager")).secret
+        const register = (name: string) =>
+          Effect.map(
+            request("POST", `${sb.P}/connections`, { key, body: { ...connectionBody("https://127.0.0.1:9"), name } }),
+            (r) => expectSingle(r, 201).id as string
+          )
+        const orders = yield* register("Orders")
+        const refunds = yield* register("Refunds")
+        let queue = yield* ops.get(`${P}/connections`)
+        expect(queue.status, queue.text).toBe(200)
+        expect(queue.text).toContain("2 pending review.")
+        expect(queue.text).toContain("<code>POST https://127.0.0.1:9/refunds</code>")
+        expect(queue.text).toContain(
+          "<dt>Reconciliation path</dt><dd><code>GET https://127.0.0.1:9/refunds/operations/{operation_id}</code>"
+        )
+        expect(queue.text).toContain("<dt>Effect</dt><dd>write (changes the customer's data)</dd>")
+        expect(queue.text).toContain("&quot;required&quot;: [\n    &quot;order_id&quot;")
+        expect(queue.text).toContain("<li><code>127.0.0.1</code>: allowlisted</li>")
+        expect((yield* ops.post(`${P}/connections/${refunds}/review`, { decision: "reject", note: "" })).status).toBe(400)
+        const rejected = yield* ops.post(`${P}/connections/${refunds}/review`, { decision: "reject", note: "Refunds need a limit" })
+        expect(rejected.status, `${refunds} ${rejected.text}`).toBe(303)
+        expect((yield* ops.post(`${P}/connections/${orders}/review`, { decision: "approve" })).status).toBe(303)
+        expect((yield* ops.post(`${P}/connections/${orders}/review`, { decision: "approve" })).status).toBe(409)
+        queue = yield* ops.get(`${P}/connections`)
+        expect(queue.text).toContain("0 pending review.")
+        const approved = yield* request("GET", `${sb.P}/connections/${orders}`, { key })
+        expect(expectSingle(approved).status).toBe("active")
+        expect(expectSingle(approved).tool_ids).toHaveLength(2)
+        expect(expectSingle(yield* request("GET", `${sb.P}/connections/${refunds}`, { key })).status).toBe("rejected")
+        expect(yield* auditedAs(sb.tenantId, "reviewConnection")).toEqual([
+          { actor_type: "operator", actor_id: accountId },
+          { actor_type: "operator", actor_id: accountId }
+        ])
+      }).pipe(Effect.provide(makeTestApp(toolSettings()))),
     60_000
   )
 })

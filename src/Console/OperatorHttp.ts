@@ -36,7 +36,8 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
       then: (m: Member) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
     ) => withMember(v, (m) => m.enrolled ? then(m) : Effect.succeed(redirect(v, `${P}/mfa/enrol`)))
 
-    const nav = `<nav aria-label="Queues"><a href="${P}/pilots">Pilot applications</a></nav>`
+    const nav =
+      `<nav aria-label="Queues"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a></nav>`
 
     yield* get(P, (v) => withOperator(v, () => Effect.succeed(redirect(v, `${P}/pilots`))))
 
@@ -86,6 +87,65 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             consoles.decidePilot(m, p["id"] ?? "", f["decision"] === "approve" ? "approve" : "reject", f["reason"] ?? ""),
             redirect(v, `${P}/pilots?status=${f["decision"] === "approve" ? "approved" : "rejected"}`)
           ))), pilotsPage)
+
+    // ---- connections pending review ----
+
+    const json = (value: unknown) => `<pre>${escape(JSON.stringify(value, null, 2))}</pre>`
+    const connectionsPage: Page = (v, msg) =>
+      withOperator(v, (m) =>
+        Effect.map(consoles.connectionQueue(m), (rows) => {
+          const items = rows.map((c) => {
+            const id = escape(c.id)
+            const operations = c.operations.map((op) =>
+              `<section aria-label="Operation ${escape(op.name)}"><h3>${escape(op.name)}: ${op.effect === "write" ? "WRITE" : "read"}</h3>
+<dl><dt>Effect</dt><dd>${op.effect === "write" ? "write (changes the customer's data)" : "read"}</dd>
+<dt>Path</dt><dd><code>POST ${escape(c.base_url.replace(/\/+$/, ""))}${escape(op.path)}</code></dd>${
+                op.reconciliation_path === undefined
+                  ? ""
+                  : `<dt>Reconciliation path</dt><dd><code>GET ${escape(c.base_url.replace(/\/+$/, ""))}${
+                    escape(op.reconciliation_path)
+                  }</code></dd>`
+              }${op.description === undefined ? "" : `<dt>Description</dt><dd>${escape(op.description)}</dd>`}</dl>
+<h4>Input schema</h4>${json(op.input_schema)}<h4>Output schema</h4>${json(op.output_schema)}</section>`
+            ).join("")
+            const addresses = c.addresses.map((a) => `<li><code>${escape(a.address)}</code>: ${escape(a.class)}</li>`).join("")
+            return `<section aria-label="${escape(c.name)}"><h2>${escape(c.name)}</h2>
+<dl><dt>Connection</dt><dd>${id}</dd><dt>Tenant</dt><dd>${escape(c.tenant_id)} (${escape(c.environment)})</dd>
+<dt>Destination</dt><dd><code>${escape(c.base_url)}</code></dd><dt>Resolves to</dt><dd><ul>${addresses}</ul></dd>
+<dt>Registered</dt><dd>${escape(c.created_at)}</dd></dl>${operations}
+<form method="post" action="${P}/connections/${id}/review">${csrfField(v.csrf)}
+<input type="hidden" name="decision" value="approve"><button type="submit">Approve ${escape(c.name)}</button></form>
+<form method="post" action="${P}/connections/${id}/review">${csrfField(v.csrf)}
+<input type="hidden" name="decision" value="reject">
+<label for="note-${id}">Reason of a rejection</label><input id="note-${id}" name="note" type="text" required>
+<button type="submit">Reject ${escape(c.name)}</button></form></section>`
+          }).join("")
+          return html(
+            v,
+            msg?.status ?? 200,
+            "Connections to review",
+            `${nav}<p>${rows.length} pending review.</p>${items}`,
+            msg?.text
+          )
+        }).pipe(Effect.catchTag("Refused", refusedPage(v))))
+    yield* get(`${P}/connections`, connectionsPage)
+    yield* post(`${P}/connections/:id/review`, (v, f) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(HttpRouter.params, (p) =>
+          Effect.gen(function*() {
+            const decision = f["decision"] === "approve" ? "approve" as const : "reject" as const
+            if (decision === "reject" && (f["note"] ?? "").trim() === "") {
+              return html(
+                v,
+                400,
+                "Connections to review",
+                `<p><a href="${P}/connections">Back to the queue</a></p>`,
+                "Give the reason of a rejection."
+              )
+            }
+            yield* consoles.reviewConnection(m, p["id"] ?? "", decision, f["note"] ?? "")
+            return redirect(v, `${P}/connections`)
+          }))), connectionsPage)
   })
 )
 

@@ -67,6 +67,12 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
           VALUES (${a.id}, ${a.email}, ${a.passwordHash}, ${a.at}, 'operator', ${a.at})
           ON CONFLICT (email) DO NOTHING RETURNING *`.pipe(Rows.maybe(AccountRow))
 
+    /** The cell of a connection (its review's audit entry goes there). */
+    const connectionCell = (id: string) =>
+      sql`SELECT tenant_id, environment FROM connections WHERE id = ${id}`.pipe(
+        Rows.single(Schema.Struct({ tenant_id: Schema.String, environment: Schema.Literal("sandbox", "production") }))
+      )
+
     const account = (id: string) => sql`SELECT * FROM console_accounts WHERE id = ${id}`.pipe(Rows.maybe(AccountRow))
     const accountByEmail = (email: string) => sql`SELECT * FROM console_accounts WHERE email = ${email}`.pipe(Rows.maybe(AccountRow))
 
@@ -183,6 +189,7 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
       signingKey,
       insertAccount,
       insertOperator,
+      connectionCell,
       account,
       accountByEmail,
       markVerified,
