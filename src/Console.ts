@@ -26,6 +26,7 @@ import type { CellRef } from "./Kernel/Principal.js"
 import { requestId } from "./Kernel/RequestId.js"
 import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
+import { ProductionRequests } from "./ProductionRequests.js"
 import { Tools } from "./Tools.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
@@ -74,6 +75,7 @@ export class Console extends Effect.Service<Console>()("Console", {
     const operator = yield* Operator
     const audit = yield* Audit
     const tools = yield* Tools
+    const productionRequests = yield* ProductionRequests
     // the console's requests are no operator-plane requests: the approval's `about` has no audit
     // entry of the edge's to name (this service writes its own)
     const work = yield* UnitOfWork
@@ -532,6 +534,30 @@ export class Console extends Effect.Service<Console>()("Console", {
         return reviewed
       })
 
+    /** The production requests of a status (null: all), newest first, the first 100. */
+    const productionQueue = (m: Member, status: "submitted" | "approved" | "rejected" | null) =>
+      Effect.zipRight(
+        asOperator(m),
+        Effect.map(
+          productionRequests.list(status === null ? {} : { status }, { limit: 100 }).pipe(Effect.orDie),
+          (page) => page.items
+        )
+      )
+
+    /** An operator's decision on a production request, through the operator plane's own; audited in the sandbox's log. */
+    const decideProduction = (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        if (decision === "reject" && reason.trim() === "") return yield* refuse(400, "Give the reason of a rejection.")
+        const decided = yield* (decision === "approve" ? productionRequests.approve(id) : productionRequests.reject(id, reason.trim()))
+          .pipe(
+            Effect.provideService(UnitOfWork, work),
+            Effect.catchTags({ NotFound: (e) => refuse(404, e.message), Conflict: (e) => refuse(409, e.message) })
+          )
+        const action = decision === "approve" ? "approveProductionRequest" : "rejectProductionRequest"
+        yield* auditOperator(m, { tenantId: decided.tenant_id, environment: "sandbox" }, action, { type: "production_request", id })
+      })
+
     const withDefects = <A, E, R>(effect: Effect.Effect<A, E, R>) => dieOnSqlError(effect)
     return {
       signUp: (input: Parameters<typeof signUp>[0]) => withDefects(signUp(input)),
@@ -557,6 +583,9 @@ export class Console extends Effect.Service<Console>()("Console", {
         withDefects(decidePilot(m, id, decision, reason)),
       pilotQueue: (m: Member, status: Parameters<typeof pilotQueue>[1]) => withDefects(pilotQueue(m, status)),
       connectionQueue: (m: Member) => withDefects(connectionQueue(m)),
+      productionQueue: (m: Member, status: Parameters<typeof productionQueue>[1]) => withDefects(productionQueue(m, status)),
+      decideProduction: (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+        withDefects(decideProduction(m, id, decision, reason)),
       reviewConnection: (m: Member, id: string, decision: "approve" | "reject", note: string) =>
         withDefects(reviewConnection(m, id, decision, note)),
       /** The CSRF token of a session or pre-session cookie value. */

@@ -107,7 +107,7 @@ describe("operator console over HTTP (issue 39)", () => {
   )
 
   it.live(
-    "connections pending review: each operation's effect, paths and schemas, the destination's address class; approve and reject",
+    "connections pending review (each operation's effect, paths and schemas, the address class) and production requests: approve and reject",
     () =>
       Effect.gen(function*() {
         const { accountId, ops } = yield* signedInOperator("ops@platform.test")
@@ -145,6 +145,20 @@ describe("operator console over HTTP (issue 39)", () => {
           { actor_type: "operator", actor_id: accountId },
           { actor_type: "operator", actor_id: accountId }
         ])
+
+        // production requests: the tenant's request, rejected without a reason (400), then approved
+        const requester = (yield* createKey(sb.tenantId, ["environments:read", "environments:write"], "requester")).secret
+        const body = { use_case: "Support <agent>", expected_monthly_runs: 5000, contact_email: "ops@acme.test" }
+        const preq = expectSingle(yield* request("POST", `${sb.P}/production-request`, { key: requester, body }), 201).id as string
+        const production = yield* ops.get(`${P}/production`)
+        expect(production.status, production.text).toBe(200)
+        expect(production.text).toContain("1 submitted requests.")
+        expect(production.text).toContain("<dt>Use case</dt><dd>Support &lt;agent&gt;</dd>")
+        expect((yield* ops.post(`${P}/production/${preq}/decision`, { decision: "reject", reason: "" })).status).toBe(400)
+        const decided = yield* ops.post(`${P}/production/${preq}/decision`, { decision: "approve" })
+        expect(decided.status, decided.text).toBe(303)
+        expect((yield* operator("GET", `/production-requests/${preq}`)).body.status).toBe("approved")
+        expect(yield* auditedAs(sb.tenantId, "approveProductionRequest")).toEqual([{ actor_type: "operator", actor_id: accountId }])
       }).pipe(Effect.provide(makeTestApp(toolSettings()))),
     60_000
   )

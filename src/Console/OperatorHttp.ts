@@ -9,7 +9,7 @@ import { HttpApiBuilder, HttpRouter, type HttpServerResponse } from "@effect/pla
 import { Effect } from "effect"
 
 import { Api } from "../Api.js"
-import { Console, type Member } from "../Console.js"
+import { Console, type Member, type Refused } from "../Console.js"
 import { conflict, invalid } from "../Kernel/Errors.js"
 import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { csrfField, escape } from "./Pages.js"
@@ -36,8 +36,37 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
       then: (m: Member) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
     ) => withMember(v, (m) => m.enrolled ? then(m) : Effect.succeed(redirect(v, `${P}/mfa/enrol`)))
 
+    const statusOf = (v: Visit): Status | null => {
+      const asked = v.query.get("status") ?? "submitted"
+      return (STATUSES as ReadonlyArray<string>).includes(asked) ? asked as Status : null
+    }
+    /** Approve and reject (a reason required) forms of one item of a queue. */
+    const decisionForms = (v: Visit, action: string, what: string, reasonField: string) => {
+      const id = escape(action.split("/").at(-2) ?? "")
+      return `<form method="post" action="${action}">${csrfField(v.csrf)}
+<input type="hidden" name="decision" value="approve"><button type="submit">Approve ${escape(what)}</button></form>
+<form method="post" action="${action}">${csrfField(v.csrf)}
+<input type="hidden" name="decision" value="reject">
+<label for="${reasonField}-${id}">Reason of a rejection</label><input id="${reasonField}-${id}" name="${reasonField}" type="text" required>
+<button type="submit">Reject ${escape(what)}</button></form>`
+    }
+
+    /** `POST {queue}/:id/decision` (approve, or reject with `reason`), then the queue of what it decided. */
+    const decisionRoute = (
+      queue: "pilots" | "production",
+      decide: (m: Member, id: string, decision: "approve" | "reject", reason: string) => Effect.Effect<void, Refused>,
+      again: Page
+    ) =>
+      post(`${P}/${queue}/:id/decision`, (v, f) =>
+        withOperator(v, (m) =>
+          Effect.flatMap(HttpRouter.params, (p) =>
+            Effect.as(
+              decide(m, p["id"] ?? "", f["decision"] === "approve" ? "approve" : "reject", f["reason"] ?? ""),
+              redirect(v, `${P}/${queue}?status=${f["decision"] === "approve" ? "approved" : "rejected"}`)
+            ))), again)
+
     const nav =
-      `<nav aria-label="Queues"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a></nav>`
+      `<nav aria-label="Queues"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a></nav>`
 
     yield* get(P, (v) => withOperator(v, () => Effect.succeed(redirect(v, `${P}/pilots`))))
 
@@ -45,8 +74,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
 
     const pilotsPage: Page = (v, msg) =>
       withOperator(v, (m) => {
-        const asked = v.query.get("status") ?? "submitted"
-        const status: Status | null = (STATUSES as ReadonlyArray<string>).includes(asked) ? asked as Status : null
+        const status = statusOf(v)
         return Effect.map(consoles.pilotQueue(m, status), ({ counts, rows }) => {
           const count = (s: string) => counts.find((c) => c.status === s)?.n ?? 0
           const filters = [...STATUSES, "all" as const].map((s) => {
@@ -55,13 +83,9 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             return `<li><a href="${P}/pilots?status=${s}"${current ? ` aria-current="page"` : ""}>${s} (${n})</a></li>`
           }).join("")
           const items = rows.map((r) => {
-            const decide = r.status !== "submitted" ? "" : `
-<form method="post" action="${P}/pilots/${escape(r.id)}/decision">${csrfField(v.csrf)}
-<input type="hidden" name="decision" value="approve"><button type="submit">Approve ${escape(r.organization_name)}</button></form>
-<form method="post" action="${P}/pilots/${escape(r.id)}/decision">${csrfField(v.csrf)}
-<input type="hidden" name="decision" value="reject">
-<label for="reason-${escape(r.id)}">Reason of a rejection</label><input id="reason-${escape(r.id)}" name="reason" type="text" required>
-<button type="submit">Reject ${escape(r.organization_name)}</button></form>`
+            const decide = r.status !== "submitted"
+              ? ""
+              : decisionForms(v, `${P}/pilots/${escape(r.id)}/decision`, r.organization_name, "reason")
             return `<section aria-label="${escape(r.organization_name)}"><h2>${escape(r.organization_name)}</h2>
 <dl><dt>Application</dt><dd>${escape(r.id)}</dd><dt>Contact</dt><dd>${escape(r.contact_email)}</dd>
 <dt>Submitted</dt><dd>${r.created_at.toISOString()}</dd><dt>Status</dt><dd>${escape(r.status)}</dd>${
@@ -80,13 +104,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
         }).pipe(Effect.catchTag("Refused", refusedPage(v)))
       })
     yield* get(`${P}/pilots`, pilotsPage)
-    yield* post(`${P}/pilots/:id/decision`, (v, f) =>
-      withOperator(v, (m) =>
-        Effect.flatMap(HttpRouter.params, (p) =>
-          Effect.as(
-            consoles.decidePilot(m, p["id"] ?? "", f["decision"] === "approve" ? "approve" : "reject", f["reason"] ?? ""),
-            redirect(v, `${P}/pilots?status=${f["decision"] === "approve" ? "approved" : "rejected"}`)
-          ))), pilotsPage)
+    yield* decisionRoute("pilots", consoles.decidePilot, pilotsPage)
 
     // ---- connections pending review ----
 
@@ -113,12 +131,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
 <dl><dt>Connection</dt><dd>${id}</dd><dt>Tenant</dt><dd>${escape(c.tenant_id)} (${escape(c.environment)})</dd>
 <dt>Destination</dt><dd><code>${escape(c.base_url)}</code></dd><dt>Resolves to</dt><dd><ul>${addresses}</ul></dd>
 <dt>Registered</dt><dd>${escape(c.created_at)}</dd></dl>${operations}
-<form method="post" action="${P}/connections/${id}/review">${csrfField(v.csrf)}
-<input type="hidden" name="decision" value="approve"><button type="submit">Approve ${escape(c.name)}</button></form>
-<form method="post" action="${P}/connections/${id}/review">${csrfField(v.csrf)}
-<input type="hidden" name="decision" value="reject">
-<label for="note-${id}">Reason of a rejection</label><input id="note-${id}" name="note" type="text" required>
-<button type="submit">Reject ${escape(c.name)}</button></form></section>`
+${decisionForms(v, `${P}/connections/${id}/review`, c.name, "note")}</section>`
           }).join("")
           return html(
             v,
@@ -146,9 +159,39 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             yield* consoles.reviewConnection(m, p["id"] ?? "", decision, f["note"] ?? "")
             return redirect(v, `${P}/connections`)
           }))), connectionsPage)
+
+    // ---- production requests ----
+
+    const productionPage: Page = (v, msg) =>
+      withOperator(v, (m) => {
+        const status = statusOf(v)
+        return Effect.map(consoles.productionQueue(m, status), (rows) => {
+          const filters = [...STATUSES, "all" as const].map((s) =>
+            `<li><a href="${P}/production?status=${s}"${(status ?? "all") === s ? ` aria-current="page"` : ""}>${s}</a></li>`
+          ).join("")
+          const items = rows.map((r) =>
+            `<section aria-label="${escape(r.id)}"><h2>${escape(r.tenant_id)}</h2>
+<dl><dt>Request</dt><dd>${escape(r.id)}</dd><dt>Status</dt><dd>${escape(r.status)}</dd><dt>Use case</dt><dd>${escape(r.use_case)}</dd>
+<dt>Expected runs a month</dt><dd>${r.expected_monthly_runs}</dd><dt>Contact</dt><dd>${escape(r.contact_email)}</dd>
+<dt>Submitted</dt><dd>${escape(r.created_at)}</dd>${
+              r.decision_reason === null ? "" : `<dt>Reason</dt><dd>${escape(r.decision_reason)}</dd>`
+            }</dl>${
+              r.status === "submitted" ? decisionForms(v, `${P}/production/${escape(r.id)}/decision`, r.tenant_id, "reason") : ""
+            }</section>`
+          ).join("")
+          return html(
+            v,
+            msg?.status ?? 200,
+            "Production requests",
+            `${nav}<ul class="filters">${filters}</ul><p>${rows.length} ${status ?? ""} requests.</p>${items}`,
+            msg?.text
+          )
+        }).pipe(Effect.catchTag("Refused", refusedPage(v)))
+      })
+    yield* get(`${P}/production`, productionPage)
+    yield* decisionRoute("production", consoles.decideProduction, productionPage)
   })
 )
-
 /** `POST /operator/v1/operator-accounts`: an operator's account, its password returned once. */
 export const OperatorAccountsLive = HttpGroup.group(
   Api,
