@@ -8,6 +8,7 @@ import { ActorSessionsApi } from "./ActorSessions/Api.js"
 import { AgentsApi, ModelProfilesApi, RevisionsApi, WorkspacesApi } from "./Agents/Api.js"
 import { ApprovalsApi } from "./Approvals/Api.js"
 import { AuditApi } from "./Audit/Api.js"
+import { OperatorAccountsApi } from "./Console/Api.js"
 import { describeOperations } from "./Edge/OpenApiDoc.js"
 import { EnvironmentSettingsApi, OperatorSettingsApi } from "./EnvironmentSettings/Api.js"
 import { FilesApi } from "./Files/Api.js"
@@ -65,6 +66,7 @@ const base = HttpApi.make("agent-platform")
   .add(OperatorProductionRequestsApi)
   .add(OperatorQuotasApi)
   .add(OperatorSettingsApi)
+  .add(OperatorAccountsApi)
 
 export class Api extends base
   .addError(InvalidRequestError)

@@ -22,8 +22,12 @@ import * as S from "./Console/Secrets.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { makeId } from "./Kernel/Ids.js"
+import type { CellRef } from "./Kernel/Principal.js"
 import { requestId } from "./Kernel/RequestId.js"
+import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
+import { ProductionRequests } from "./ProductionRequests.js"
+import { Tools } from "./Tools.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
 export class Refused extends Data.TaggedError("Refused")<{ readonly status: number; readonly message: string }> {}
@@ -50,6 +54,8 @@ const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 export interface Member {
   readonly accountId: string
   readonly email: string
+  /** whose console: a customer's member, or an operator (issue 39) */
+  readonly kind: "member" | "operator"
   readonly organizationId: string | null
   readonly enrolled: boolean
   /** signed in with the password but the TOTP step is still due */
@@ -68,6 +74,11 @@ export class Console extends Effect.Service<Console>()("Console", {
     const secrets = yield* Secrets
     const operator = yield* Operator
     const audit = yield* Audit
+    const tools = yield* Tools
+    const productionRequests = yield* ProductionRequests
+    // the console's requests are no operator-plane requests: the approval's `about` has no audit
+    // entry of the edge's to name (this service writes its own)
+    const work = yield* UnitOfWork
     const signingKey = yield* Effect.orDie(repo.signingKey(Buffer.from(S.token(), "base64url")))
 
     /** `random.expiry.signature`: the random part is stored (as a digest), the rest is checked first. */
@@ -157,14 +168,17 @@ export class Console extends Effect.Service<Console>()("Console", {
       })
 
     /** Sign-in with a password: a new session (the TOTP step still due when enrolled). */
-    const signIn = (input: { email: string; password: string; address: string; previous: string | undefined }) =>
+    const signIn = (
+      input: { email: string; password: string; address: string; previous: string | undefined; kind: Member["kind"] }
+    ) =>
       Effect.gen(function*() {
         const email = input.email.trim().toLowerCase()
         const subjects = [`address:${input.address}`, `account:${email}`]
         yield* limited(subjects)
         const account = yield* repo.accountByEmail(email)
         const ok = yield* S.checkPassword(input.password, account?.password_hash ?? S.NO_PASSWORD)
-        if (account === undefined || !ok) {
+        // an account of the other console fails as a wrong password does (it tells nobody it exists)
+        if (account === undefined || !ok || account.kind !== input.kind) {
           yield* repo.recordFailure(subjects, yield* now)
           return yield* refuse(401, "Wrong email address or password.")
         }
@@ -182,6 +196,7 @@ export class Console extends Effect.Service<Console>()("Console", {
         return Option.some<Member>({
           accountId: account.id,
           email: account.email,
+          kind: account.kind,
           organizationId: account.organization_id,
           enrolled,
           mfaDue: enrolled && session.mfa_at === null,
@@ -427,6 +442,122 @@ export class Console extends Effect.Service<Console>()("Console", {
         (tenantId) => Effect.map(operator.getQuickstart(tenantId, "sandbox").pipe(Effect.orDie), (ids) => ({ tenantId, ...ids }))
       )
 
+    /**
+     * An operator's account (issue 39, `npm run operator -- create-operator`): its password is
+     * random, returned once (for whoever runs the CLI to hand over); TOTP is enrolled at the first
+     * sign-in, before any operator page opens.
+     */
+    const createOperator = (emailInput: string) =>
+      Effect.gen(function*() {
+        const email = yield* normalEmail(emailInput)
+        const password = S.token()
+        const created = yield* repo.insertOperator({
+          id: yield* makeId("acc"),
+          email,
+          passwordHash: yield* S.hashPassword(password),
+          at: yield* now
+        })
+        if (created === undefined) return yield* refuse(409, `${email} has a console account already.`)
+        return { id: created.id, email, password }
+      })
+
+    /** An operator's page: refused to a member's session (and to an operator who has not enrolled TOTP). */
+    const asOperator = (m: Member) =>
+      m.kind !== "operator"
+        ? refuse(404, "There is no such page.")
+        : m.enrolled
+        ? Effect.void
+        : refuse(403, "Set up two-factor authentication first.")
+
+    /** An operator account's action in a cell's audit log (the shared token's entries name `operator`). */
+    const auditOperator = (m: Member, cell: CellRef, action: string, resource: { type: string; id: string }) =>
+      Effect.flatMap(
+        requestId,
+        (rid) =>
+          audit.record({
+            cell,
+            actor: { type: "operator", id: m.accountId },
+            keyId: null,
+            action,
+            resource,
+            requestId: rid,
+            status: 200,
+            ip: null
+          })
+      )
+
+    /**
+     * An operator's decision on a pilot application, through the operator plane's own approval or
+     * rejection; the approval's audit entry (in the new sandbox's log) names the operator account.
+     */
+    const decidePilot = (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const refused = (e: { readonly message: string }, status: number) => refuse(status, e.message)
+        if (decision === "reject") {
+          return yield* operator.rejectPilot(id, reason, m.accountId).pipe(
+            Effect.catchTags({
+              InvalidRequest: (e) => refused(e, 400),
+              NotFound: (e) => refused(e, 404),
+              Conflict: (e) => refused(e, 409)
+            })
+          )
+        }
+        const approved = yield* operator.approvePilotBy(id, m.accountId, reason.trim() === "" ? null : reason.trim()).pipe(
+          Effect.provideService(UnitOfWork, work),
+          Effect.catchTags({ NotFound: (e) => refused(e, 404), Conflict: (e) => refused(e, 409) })
+        )
+        yield* auditOperator(m, { tenantId: approved.tenant_id, environment: "sandbox" }, "approvePilotApplication", {
+          type: "pilot_application",
+          id
+        })
+      })
+
+    const pilotQueue = (m: Member, status: "submitted" | "approved" | "rejected" | null) =>
+      Effect.zipRight(asOperator(m), operator.pilotQueue(status))
+
+    const connectionQueue = (m: Member) => Effect.zipRight(asOperator(m), tools.pendingReview())
+
+    /** An operator's review of a connection, through the operator plane's own; audited in its cell as the account's. */
+    const reviewConnection = (m: Member, id: string, decision: "approve" | "reject", note: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const reviewed = yield* tools.review(id, decision, note.trim() === "" ? undefined : note.trim()).pipe(
+          Effect.provideService(UnitOfWork, work),
+          Effect.catchTags({
+            NotFound: (e) => refuse(404, e.message),
+            Conflict: (e) => refuse(409, e.message)
+          })
+        )
+        const row = yield* repo.connectionCell(id)
+        yield* auditOperator(m, { tenantId: row.tenant_id, environment: row.environment }, "reviewConnection", { type: "connection", id })
+        return reviewed
+      })
+
+    /** The production requests of a status (null: all), newest first, the first 100. */
+    const productionQueue = (m: Member, status: "submitted" | "approved" | "rejected" | null) =>
+      Effect.zipRight(
+        asOperator(m),
+        Effect.map(
+          productionRequests.list(status === null ? {} : { status }, { limit: 100 }).pipe(Effect.orDie),
+          (page) => page.items
+        )
+      )
+
+    /** An operator's decision on a production request, through the operator plane's own; audited in the sandbox's log. */
+    const decideProduction = (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        if (decision === "reject" && reason.trim() === "") return yield* refuse(400, "Give the reason of a rejection.")
+        const decided = yield* (decision === "approve" ? productionRequests.approve(id) : productionRequests.reject(id, reason.trim()))
+          .pipe(
+            Effect.provideService(UnitOfWork, work),
+            Effect.catchTags({ NotFound: (e) => refuse(404, e.message), Conflict: (e) => refuse(409, e.message) })
+          )
+        const action = decision === "approve" ? "approveProductionRequest" : "rejectProductionRequest"
+        yield* auditOperator(m, { tenantId: decided.tenant_id, environment: "sandbox" }, action, { type: "production_request", id })
+      })
+
     const withDefects = <A, E, R>(effect: Effect.Effect<A, E, R>) => dieOnSqlError(effect)
     return {
       signUp: (input: Parameters<typeof signUp>[0]) => withDefects(signUp(input)),
@@ -447,6 +578,16 @@ export class Console extends Effect.Service<Console>()("Console", {
       status: (m: Member, organizationId: string) => withDefects(status(m, organizationId)),
       createKey: (m: Member, organizationId: string, name: string) => withDefects(createKey(m, organizationId, name)),
       quickstart: (m: Member, organizationId: string) => withDefects(quickstart(m, organizationId)),
+      createOperator: (email: string) => withDefects(createOperator(email)),
+      decidePilot: (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+        withDefects(decidePilot(m, id, decision, reason)),
+      pilotQueue: (m: Member, status: Parameters<typeof pilotQueue>[1]) => withDefects(pilotQueue(m, status)),
+      connectionQueue: (m: Member) => withDefects(connectionQueue(m)),
+      productionQueue: (m: Member, status: Parameters<typeof productionQueue>[1]) => withDefects(productionQueue(m, status)),
+      decideProduction: (m: Member, id: string, decision: "approve" | "reject", reason: string) =>
+        withDefects(decideProduction(m, id, decision, reason)),
+      reviewConnection: (m: Member, id: string, decision: "approve" | "reject", note: string) =>
+        withDefects(reviewConnection(m, id, decision, note)),
       /** The CSRF token of a session or pre-session cookie value. */
       csrfOf: (cookie: string) => S.sign(signingKey, `csrf:${cookie}`)
     } as const

@@ -17,6 +17,7 @@ import { Audit } from "./Audit.js"
 import { AuditLive } from "./Audit/Http.js"
 import { Console } from "./Console.js"
 import { ConsoleRouteLive } from "./Console/Http.js"
+import { OperatorAccountsLive, OperatorConsoleRouteLive } from "./Console/OperatorHttp.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { ClientLimiter } from "./Edge/ClientLimiter.js"
 import { compileEndpoints } from "./Edge/Endpoints.js"
@@ -102,7 +103,8 @@ const GroupsLive = Layer.mergeAll(
   OperatorLive,
   OperatorProductionRequestsLive,
   OperatorQuotasLive,
-  OperatorSettingsLive
+  OperatorSettingsLive,
+  OperatorAccountsLive
 )
 
 /** The HttpApi with every group's handlers (recorded in the `HandlerRegistry` for the pipeline). */
@@ -141,8 +143,8 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default,
-  // the console (issue 38) acts through the same Operator, Audit and Secrets (layers are shared by reference)
-  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default]))
+  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools and ProductionRequests (layers are shared by reference)
+  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default, Tools.Default, ProductionRequests.Default]))
 ).pipe(
   Layer.provideMerge(CellsLive),
   Layer.provideMerge(ClusterLive),
@@ -190,6 +192,7 @@ export const HttpLive = ServeLive.pipe(
   Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: DOCS_CONFIG })),
   Layer.provide(MetricsRouteLive),
   Layer.provide(ConsoleRouteLive), // /console: the customer console (issue 38)
+  Layer.provide(OperatorConsoleRouteLive), // /operator/console: the operator console (issue 39)
   Layer.provide(OpenApiDocLive),
   Layer.provide(RouterConfigLive),
   Layer.provide(ApiLive),

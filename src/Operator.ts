@@ -149,6 +149,20 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       })
 
     /**
+     * A submitted application rejected with a reason, by `by` (an operator account's id, or
+     * `operator` for the shared token). 409 once it is decided.
+     */
+    const rejectPilot = (id: string, reason: string, by: string) =>
+      Effect.gen(function*() {
+        if (reason.trim().length === 0) return yield* invalid("reason_required", "Give the reason of a rejection", "reason")
+        if (!(yield* repo.rejectPilot({ id, reason: reason.trim(), by, at: yield* now }))) {
+          const pilot = yield* repo.pilot(id)
+          if (!pilot) return yield* notFound("pilot application", "id")
+          return yield* conflict("already_decided", `This application was ${pilot.status} already`)
+        }
+      })
+
+    /**
      * A console-made key: without scopes the first key (quickstart abilities), acting as the
      * quickstart's service actor (the quickstart is made first if the environment has none yet);
      * else exactly those scopes.
@@ -187,6 +201,12 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       submitPilot: (body: Parameters<typeof submitPilot>[0]) => dieOnSqlError(submitPilot(body)),
       getPilot: (id: string) => dieOnSqlError(getPilot(id)),
       approvePilot: (id: string) => dieOnSqlError(approvePilot(id)),
+      /** Approval by an operator account: the same approval, which then names who decided and why. */
+      approvePilotBy: (id: string, by: string, reason: string | null) =>
+        dieOnSqlError(Effect.tap(approvePilot(id), () => repo.approvedBy({ id, by, reason }))),
+      rejectPilot: (id: string, reason: string, by: string) => dieOnSqlError(rejectPilot(id, reason, by)),
+      /** The applications of a status (null: all), oldest first (at most `limit`), and each status's count. */
+      pilotQueue: (status: PilotRow["status"] | null, limit = 100) => dieOnSqlError(repo.pilots(status, limit)),
       createKey: (t: string, e: EnvironmentName, body: Parameters<typeof createKey>[2]) => dieOnSqlError(createKey(t, e, body)),
       /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
       getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),

@@ -181,6 +181,21 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
       getConnection: (p: CellRef, id: string) => dieOnSqlError(Effect.map(connectionRow(p, id), toConnection)),
       listConnections: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listConnections(p, params)),
       review: (id: string, decision: "approve" | "reject", note?: string) => dieOnSqlError(review(id, decision, note)),
+      /**
+       * The connections awaiting review in every cell (oldest first, at most `limit`), each with the
+       * addresses its base URL resolves to now and their classes (the operator console, issue 39).
+       */
+      pendingReview: (limit = 50) =>
+        dieOnSqlError(
+          Effect.flatMap(repo.pendingReview(limit), (rows) =>
+            Effect.forEach(rows, (row) =>
+              Effect.map(
+                destinations.addressClasses(row.base_url),
+                (addresses) => ({ ...toConnection(row), tenant_id: row.tenant_id, environment: row.environment, addresses })
+              ), {
+              concurrency: 4
+            }))
+        ),
       listTools: (p: Principal, params: Cursor.ListParams & { connection_id?: string | undefined }) => dieOnSqlError(listTools(p, params)),
       getTool: (p: CellRef, id: string) => dieOnSqlError(getTool(p, id)),
       toolsForRevision: (p: CellRef, ids: ReadonlyArray<string>) => dieOnSqlError(toolsForRevision(p, ids)),

@@ -1,161 +1,27 @@
 /**
- * The console's routes under `/console` (issue 38), beside the HttpApi on its router (as `/docs`
- * and `/metrics` are). The pipeline passes such paths straight to the router (no key, no
- * idempotency); what guards them is here:
- *   - the session: a random token in the `console_session` cookie (HttpOnly, SameSite=Lax, path
- *     /console, Secure when PUBLIC_BASE_URL is https), stored as its digest, replaced at sign-in;
- *   - CSRF: every POST carries `csrf`, an HMAC of the session's token (before sign-in, of the
- *     `console_pre` cookie's random value); a POST without the right one gets a 403 page;
- *   - the TOTP step at sign-in once enrolled: every page but the step itself waits for it.
- * Answers: text/html, `Cache-Control: no-store` (a key's secret is shown once and never kept),
- * a Content-Security-Policy without scripts, no referrer (links carry single-use tokens).
+ * The customer console's routes under `/console` (issue 38): sign-up, verification and reset (its
+ * sign-in, sessions, CSRF and TOTP pages are src/Console/Site.ts's, shared with the operator
+ * console), the organization, its pilot application, invitations, the first key and the quickstart.
  */
-import { HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Duration, Effect, Option } from "effect"
+import { HttpApiBuilder, HttpRouter } from "@effect/platform"
+import { Effect, Option } from "effect"
 
-import { AppConfig } from "../Config/AppConfig.js"
-import { Console, type Member, type Refused } from "../Console.js"
-import { escape, form, page, step } from "./Pages.js"
-import { sameText, token as randomToken } from "./Secrets.js"
-
-const SESSION_COOKIE = "console_session"
-const PRE_COOKIE = "console_pre"
-
-const HEADERS = {
-  "content-type": "text/html; charset=utf-8",
-  "cache-control": "no-store",
-  "content-security-policy":
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-  "referrer-policy": "no-referrer",
-  "x-content-type-options": "nosniff"
-}
-
-/** What a handler knows of its request. */
-interface Visit {
-  readonly request: HttpServerRequest.HttpServerRequest
-  readonly session: string | undefined
-  readonly member: Option.Option<Member>
-  /** the CSRF token of this visit's forms */
-  readonly csrf: string
-  /** cookies to set on the answer */
-  readonly cookies: Array<[string, string, number]>
-  readonly baseUrl: string
-  readonly query: URLSearchParams
-}
+import { escape, form, step } from "./Pages.js"
+import { makeSite, type Page } from "./Site.js"
 
 export const ConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
   Effect.gen(function*() {
-    const consoles = yield* Console
-    const config = yield* AppConfig
-    const secure = Option.exists(config.publicBaseUrl, (u) => u.startsWith("https:"))
-
-    const visit = Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const cookies: Array<[string, string, number]> = []
-      const session = request.cookies[SESSION_COOKIE]
-      const member = session === undefined ? Option.none<Member>() : yield* consoles.member(session)
-      let pre = request.cookies[PRE_COOKIE]
-      if (pre === undefined || pre.length < 20) {
-        pre = randomToken()
-        cookies.push([PRE_COOKIE, pre, 12 * 3600])
-      }
-      const signedIn = Option.isSome(member) && session !== undefined
-      const baseUrl = Option.getOrElse(config.publicBaseUrl, () => `http://${request.headers["host"] ?? "localhost"}`).replace(/\/+$/, "")
-      const url = new URL(request.url, "http://console")
-      return {
-        request,
-        session: signedIn ? session : undefined,
-        member,
-        csrf: consoles.csrfOf(signedIn ? session! : pre),
-        cookies,
-        baseUrl,
-        query: url.searchParams
-      } satisfies Visit
+    const { consoles, get, html, post, redirect, refusedPage, withMember } = yield* makeSite(router, {
+      prefix: "/console",
+      kind: "member",
+      sessionCookie: "console_session",
+      preCookie: "console_pre",
+      brand: "console",
+      signInNote: `<p>New here? <a href="/console/sign-up">Create an account</a>. <a href="/console/reset">Forgot your password?</a></p>`
     })
-
-    const respond = (v: Visit, response: HttpServerResponse.HttpServerResponse) =>
-      v.cookies.reduce(
-        (r, [name, value, seconds]) =>
-          HttpServerResponse.unsafeSetCookie(r, name, value, {
-            httpOnly: true,
-            sameSite: "lax",
-            path: "/console",
-            secure,
-            maxAge: Duration.seconds(seconds)
-          }),
-        response
-      )
-
-    const html = (v: Visit, status: number, title: string, body: string, message?: string) =>
-      respond(
-        v,
-        HttpServerResponse.text(
-          page({
-            title,
-            message,
-            member: Option.match(v.member, {
-              onNone: () => undefined,
-              onSome: (m) => ({ email: m.email, csrf: v.csrf })
-            })
-          }, body),
-          { status, headers: HEADERS }
-        )
-      )
-
-    const redirect = (v: Visit, location: string) =>
-      respond(v, HttpServerResponse.empty({ status: 303, headers: { location, "cache-control": "no-store" } }))
-
-    /** A POST's fields, once its CSRF token is the visit's (else the 403 page). */
-    const posted = (v: Visit) =>
-      Effect.gen(function*() {
-        const params = yield* v.request.urlParamsBody.pipe(Effect.orElseSucceed(() => []))
-        const fields: Record<string, string> = {}
-        for (const [k, value] of params) fields[k] = value
-        const ok = typeof fields["csrf"] === "string" && sameText(fields["csrf"], v.csrf)
-        return ok ? Option.some(fields) : Option.none()
-      })
-
-    const forbidden = (v: Visit) =>
-      html(v, 403, "Forbidden", `<p>This form has expired or did not come from this console. <a href="/console">Start again</a>.</p>`)
-
-    type Answer<E = never> = Effect.Effect<HttpServerResponse.HttpServerResponse, E, HttpRouter.RouteContext>
-    type Page = (v: Visit, message?: { status: number; text: string }) => Answer
-    const get = (path: HttpRouter.PathInput, render: Page) => router.get(path, Effect.flatMap(visit, (v) => render(v)).pipe(Effect.orDie))
-
-    /** A form's POST: CSRF first, then `act`; a refusal shows `again` (its form) with the message. */
-    const post = (
-      path: HttpRouter.PathInput,
-      act: (v: Visit, fields: Record<string, string>) => Answer<Refused>,
-      again: Page
-    ) =>
-      router.post(
-        path,
-        Effect.gen(function*() {
-          const v = yield* visit
-          const fields = yield* posted(v)
-          if (Option.isNone(fields)) return forbidden(v)
-          return yield* act(v, fields.value).pipe(
-            Effect.catchTag("Refused", (r) => again(v, { status: r.status, text: r.message }))
-          )
-        }).pipe(Effect.orDie)
-      )
-
     const orgParam = Effect.map(HttpRouter.params, (p) => p["org"] ?? "")
 
-    /** The member of a page that needs one: else to sign-in, or to the TOTP step when it is due. */
-    const withMember = <E, R>(
-      v: Visit,
-      then: (m: Member, session: string) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
-    ): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R> =>
-      Option.match(v.member, {
-        onNone: () => Effect.succeed(redirect(v, "/console/sign-in")),
-        onSome: (m) => m.mfaDue ? Effect.succeed(redirect(v, "/console/mfa")) : then(m, v.session!)
-      })
-
-    /** A refusal on a page that is not a form's (another organization's: 404). */
-    const refusedPage = (v: Visit) => (r: Refused) => Effect.succeed(html(v, r.status, "Not available", `<p>${escape(r.message)}</p>`))
-
-    // ---- sign-up, verification, sign-in, sign-out, reset ----
+    // ---- sign-up, verification, reset ----
 
     const signUpPage: Page = (v, m) =>
       Effect.succeed(html(
@@ -211,46 +77,6 @@ export const ConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
         )
       ))
 
-    const signInPage: Page = (v, m) =>
-      Effect.succeed(html(
-        v,
-        m?.status ?? 200,
-        "Sign in",
-        form("/console/sign-in", v.csrf, [
-          { name: "email", label: "Email address", type: "email", autocomplete: "username" },
-          { name: "password", label: "Password", type: "password", autocomplete: "current-password" }
-        ], "Sign in") +
-          `<p>New here? <a href="/console/sign-up">Create an account</a>. <a href="/console/reset">Forgot your password?</a></p>`,
-        m?.text
-      ))
-    yield* get("/console/sign-in", signInPage)
-    yield* post("/console/sign-in", (v, f) =>
-      Effect.map(
-        consoles.signIn({
-          email: f["email"] ?? "",
-          password: f["password"] ?? "",
-          address: Option.getOrElse(v.request.remoteAddress, () => "unknown"),
-          previous: v.request.cookies[SESSION_COOKIE]
-        }),
-        (session) => {
-          v.cookies.push([SESSION_COOKIE, session, 12 * 3600])
-          return redirect(v, "/console")
-        }
-      ), signInPage)
-
-    yield* router.post(
-      "/console/sign-out",
-      Effect.gen(function*() {
-        const v = yield* visit
-        if (Option.isNone(yield* posted(v))) {
-          return forbidden(v)
-        }
-        if (v.session !== undefined) yield* consoles.signOut(v.session)
-        v.cookies.push([SESSION_COOKIE, "", 0])
-        return redirect(v, "/console/sign-in")
-      }).pipe(Effect.orDie)
-    )
-
     const resetPage: Page = (v, m) =>
       Effect.succeed(html(
         v,
@@ -292,57 +118,6 @@ export const ConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
         html(v, m?.status ?? 400, "Choose a new password", `<p><a href="/console/reset">Ask for a new link</a>.</p>`, m?.text)
       ))
 
-    // ---- two-factor authentication ----
-
-    const mfaPage: Page = (v, m) =>
-      Option.match(v.member, {
-        onNone: () => Effect.succeed(redirect(v, "/console/sign-in")),
-        onSome: () =>
-          Effect.succeed(html(
-            v,
-            m?.status ?? 200,
-            "Two-factor authentication",
-            form("/console/mfa", v.csrf, [
-              { name: "code", label: "Code from your authenticator app (or a recovery code)", type: "text", autocomplete: "one-time-code" }
-            ], "Continue"),
-            m?.text
-          ))
-      })
-    yield* get("/console/mfa", mfaPage)
-    yield* post("/console/mfa", (v, f) =>
-      Option.match(v.member, {
-        onNone: () => Effect.succeed(redirect(v, "/console/sign-in")),
-        onSome: (m) => Effect.as(consoles.checkMfa(m, v.session!, f["code"] ?? ""), redirect(v, "/console"))
-      }), mfaPage)
-
-    const enrolPage: Page = (v, msg) =>
-      withMember(v, (m) =>
-        Effect.map(consoles.beginEnrolment(m), (e) =>
-          html(
-            v,
-            msg?.status ?? 200,
-            "Set up two-factor authentication",
-            `<section><p>Scan this QR code with an authenticator app (any RFC 6238 TOTP app), or enter the key by hand.</p>
-<img class="qr" src="${e.qr}" alt="QR code of your two-factor key">
-<p>Key: <code>${escape(e.secret.replace(/(.{4})/g, "$1 ").trim())}</code></p></section>` +
-              form("/console/mfa/enrol", v.csrf, [
-                { name: "code", label: "Six-digit code from the app", type: "text", autocomplete: "one-time-code", inputmode: "numeric" }
-              ], "Turn on two-factor authentication"),
-            msg?.text
-          ))).pipe(Effect.catchTag("Refused", () => Effect.succeed(redirect(v, "/console"))))
-    yield* get("/console/mfa/enrol", enrolPage)
-    yield* post("/console/mfa/enrol", (v, f) =>
-      withMember(v, (m, session) =>
-        Effect.map(consoles.confirmEnrolment(m, session, f["code"] ?? ""), (codes) =>
-          html(
-            v,
-            200,
-            "Save your recovery codes",
-            `<p class="note">Two-factor authentication is on. Each code below signs you in once if you lose your
-authenticator. They are shown only now: keep them somewhere safe.</p><pre aria-label="Recovery codes">${codes.join("\n")}</pre>
-<p><a href="/console">Continue</a></p>`
-          ))), enrolPage)
-
     // ---- organization, application, key, quickstart ----
 
     const homePage: Page = (v, msg) =>
@@ -368,10 +143,12 @@ authenticator. They are shown only now: keep them somewhere safe.</p><pre aria-l
             msg?.text
           )))
     yield* get("/console", homePage)
-    yield* post("/console/organizations", (v, f) =>
-      withMember(v, (m) =>
-        Effect.map(consoles.createOrganization(m, f["name"] ?? ""), (id) =>
-          redirect(v, `/console/orgs/${id}`))), homePage)
+    yield* post(
+      "/console/organizations",
+      (v, f) =>
+        withMember(v, (m) => Effect.map(consoles.createOrganization(m, f["name"] ?? ""), (id) => redirect(v, `/console/orgs/${id}`))),
+      homePage
+    )
 
     const orgPage: Page = (v, msg) =>
       Effect.flatMap(orgParam, (org) =>
@@ -415,10 +192,12 @@ authenticator. They are shown only now: keep them somewhere safe.</p><pre aria-l
             )
           }).pipe(Effect.catchTag("Refused", refusedPage(v)))))
     yield* get("/console/orgs/:org", orgPage)
-    yield* post("/console/orgs/:org/application", (v) =>
-      Effect.flatMap(orgParam, (org) =>
-        withMember(v, (m) =>
-          Effect.as(consoles.apply(m, org), redirect(v, `/console/orgs/${org}`)))), orgPage)
+    yield* post(
+      "/console/orgs/:org/application",
+      (v) =>
+        Effect.flatMap(orgParam, (org) => withMember(v, (m) => Effect.as(consoles.apply(m, org), redirect(v, `/console/orgs/${org}`)))),
+      orgPage
+    )
 
     yield* post("/console/orgs/:org/invitations", (v, f) =>
       Effect.flatMap(orgParam, (org) =>
@@ -453,10 +232,11 @@ address, then open the link in the mail again.</p>`),
         Effect.catchTag("Refused", refusedPage(v))
       )
     yield* get("/console/invite", invitePage)
-    yield* post("/console/invite", (v) =>
-      withMember(v, (m) =>
-        Effect.map(consoles.accept(m, v.query.get("token") ?? ""), (org) =>
-          redirect(v, `/console/orgs/${org}`))), invitePage)
+    yield* post(
+      "/console/invite",
+      (v) => withMember(v, (m) => Effect.map(consoles.accept(m, v.query.get("token") ?? ""), (org) => redirect(v, `/console/orgs/${org}`))),
+      invitePage
+    )
 
     const newKeyPage: Page = (v, msg) =>
       Effect.flatMap(orgParam, (org) =>

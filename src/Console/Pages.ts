@@ -40,6 +40,9 @@ dd{margin:0;word-break:break-all}
 
 export interface Layout {
   readonly title: string
+  /** the console's home (`/console`, `/operator/console`) and its name in the header */
+  readonly home: string
+  readonly brand: string
   /** the signed-in member's address, and the CSRF token of their sign-out form */
   readonly member?: { readonly email: string; readonly csrf: string } | undefined
   readonly message?: string | undefined
@@ -51,16 +54,16 @@ export const page = (layout: Layout, body: string): string =>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${escape(layout.title)} · Agent Platform console</title>
+<title>${escape(layout.title)} · Agent Platform ${escape(layout.brand)}</title>
 <style>${STYLE}</style>
 </head>
 <body>
 <header>
-<a href="/console"><strong>Agent Platform</strong> console</a>
+<a href="${layout.home}"><strong>Agent Platform</strong> ${escape(layout.brand)}</a>
 ${
     layout.member === undefined
       ? ""
-      : `<form method="post" action="/console/sign-out"><span>${escape(layout.member.email)}</span> ${
+      : `<form method="post" action="${layout.home}/sign-out"><span>${escape(layout.member.email)}</span> ${
         csrfField(layout.member.csrf)
       }<button class="link" type="submit">Sign out</button></form>`
   }

@@ -12,6 +12,8 @@ export const AccountRow = Schema.Struct({
   totp_secret: Schema.NullOr(Schema.String),
   totp_enrolled_at: Rows.TimeOrNull,
   organization_id: Schema.NullOr(Schema.String),
+  /** a customer's member, or an operator (issue 39): a session opens only its own kind's pages */
+  kind: Schema.Literal("member", "operator"),
   created_at: Rows.Time
 })
 export type AccountRow = typeof AccountRow.Type
@@ -58,6 +60,18 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
       sql`INSERT INTO console_accounts (id, email, password_hash, created_at)
           VALUES (${a.id}, ${a.email}, ${a.passwordHash}, ${a.at})
           ON CONFLICT (email) DO NOTHING RETURNING *`.pipe(Rows.maybe(AccountRow))
+
+    /** An operator's account (issue 39), its address verified by whoever runs the CLI; undefined when the address has an account. */
+    const insertOperator = (a: { id: string; email: string; passwordHash: string; at: Date }) =>
+      sql`INSERT INTO console_accounts (id, email, password_hash, verified_at, kind, created_at)
+          VALUES (${a.id}, ${a.email}, ${a.passwordHash}, ${a.at}, 'operator', ${a.at})
+          ON CONFLICT (email) DO NOTHING RETURNING *`.pipe(Rows.maybe(AccountRow))
+
+    /** The cell of a connection (its review's audit entry goes there). */
+    const connectionCell = (id: string) =>
+      sql`SELECT tenant_id, environment FROM connections WHERE id = ${id}`.pipe(
+        Rows.single(Schema.Struct({ tenant_id: Schema.String, environment: Schema.Literal("sandbox", "production") }))
+      )
 
     const account = (id: string) => sql`SELECT * FROM console_accounts WHERE id = ${id}`.pipe(Rows.maybe(AccountRow))
     const accountByEmail = (email: string) => sql`SELECT * FROM console_accounts WHERE email = ${email}`.pipe(Rows.maybe(AccountRow))
@@ -174,6 +188,8 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
     return {
       signingKey,
       insertAccount,
+      insertOperator,
+      connectionCell,
       account,
       accountByEmail,
       markVerified,

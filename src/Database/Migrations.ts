@@ -35,6 +35,7 @@ import keyFailureAudits from "./migrations/0027_key_failure_audits.js"
 import cellWeights from "./migrations/0028_cell_weights.js"
 import eventNotes from "./migrations/0029_event_notes.js"
 import console_ from "./migrations/0030_console.js"
+import operatorConsole from "./migrations/0031_operator_console.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -68,7 +69,8 @@ export const loader = Migrator.fromRecord({
   "0027_key_failure_audits": keyFailureAudits,
   "0028_cell_weights": cellWeights,
   "0029_event_notes": eventNotes,
-  "0030_console": console_
+  "0030_console": console_,
+  "0031_operator_console": operatorConsole
 })
 
 const migrate = Migrator.make({})

@@ -105,3 +105,14 @@ export const SetCellShare = strictBody(
     })
   })
 )
+
+/** `POST /operator/v1/operator-accounts` (issue 39): an operator's console account. */
+export const CreateOperatorAccount = Schema.Struct({ email: Schema.String.pipe(Schema.maxLength(320)) })
+
+/** The account made, with its password, shown this once (the operator enrols TOTP at first sign-in). */
+export const OperatorAccount = Schema.Struct({
+  id: Schema.String,
+  email: Schema.String,
+  password: Schema.String,
+  sign_in: Schema.String
+})

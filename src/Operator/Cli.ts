@@ -22,6 +22,7 @@
  *   npm run operator -- run --tenant ten_... run_...
  *   npm run operator -- cell --tenant ten_...
  *   npm run operator -- cluster
+ *   npm run operator -- create-operator --email ops@example.com
  *
  * Every command has `--help`; `--json` prints the answer as JSON for scripts; off a terminal the
  * output is plain text.
@@ -311,6 +312,22 @@ const provisionSandbox = Command.make("provision-sandbox", { url, organization, 
     )
   )
 
+// ---- operator accounts (issue 39) ----------------------------------------------------------------
+
+const createOperator = Command.make(
+  "create-operator",
+  { url, json, email: Options.text("email").pipe(Options.withDescription("The operator's email address")) },
+  (o) =>
+    Effect.gen(function*() {
+      const account = yield* call(o.url, "POST", "/operator-accounts", { email: o.email })
+      yield* printer(o.json)(account)
+      yield* Console.error(
+        `\nThe password is shown once: hand it to the operator, who signs in at ${rootOf(o.url)}${account.sign_in}\n` +
+          `and sets up two-factor authentication (TOTP) before any operator page opens.`
+      )
+    })
+).pipe(Command.withDescription("Create an operator's console account; prints its password once"))
+
 const operator = Command.make("operator").pipe(
   Command.withDescription("Agent Platform operator plane"),
   Command.withSubcommands([
@@ -333,7 +350,8 @@ const operator = Command.make("operator").pipe(
     getRun,
     cellStats,
     setWeight,
-    cluster
+    cluster,
+    createOperator
   ])
 )
 

@@ -16,6 +16,14 @@ export const PilotRow = Schema.Struct({
 })
 export type PilotRow = typeof PilotRow.Type
 
+/** An application as the operator console's queue shows it: with its decision's reason and decider. */
+export const PilotQueueRow = Schema.Struct({
+  ...PilotRow.fields,
+  decision_reason: Schema.NullOr(Schema.String),
+  decided_by: Schema.NullOr(Schema.String)
+})
+export type PilotQueueRow = typeof PilotQueueRow.Type
+
 export const QuickstartRow = Schema.Struct({
   service_actor_id: Schema.String,
   workspace_id: Schema.String,
@@ -45,6 +53,27 @@ export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo",
     const pilot = (id: string) => sql`SELECT * FROM pilot_applications WHERE id = ${id}`.pipe(Rows.maybe(PilotRow))
 
     const lockPilot = (id: string) => sql`SELECT * FROM pilot_applications WHERE id = ${id} FOR UPDATE`.pipe(Rows.maybe(PilotRow))
+
+    /** The applications of a status (all: null), oldest first, and the count of each status. */
+    const pilots = (status: PilotRow["status"] | null, limit: number) =>
+      Effect.all({
+        rows: sql`SELECT * FROM pilot_applications ${status === null ? sql`` : sql`WHERE status = ${status}`}
+                  ORDER BY created_at, id LIMIT ${limit}`.pipe(Rows.all(PilotQueueRow)),
+        counts: sql`SELECT status, count(*)::int AS n FROM pilot_applications GROUP BY status`.pipe(
+          Rows.all(Schema.Struct({ status: Schema.String, n: Schema.Number }))
+        )
+      })
+
+    /** A submitted application rejected (false: it was decided already), with why and by whom. */
+    const rejectPilot = (d: { id: string; reason: string; by: string; at: Date }) =>
+      sql`UPDATE pilot_applications SET status = 'rejected', decision_reason = ${d.reason}, decided_by = ${d.by},
+                                        decided_at = ${d.at}
+          WHERE id = ${d.id} AND status = 'submitted' RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
+
+    /** Who approved an application (the console's approval; the token's is `operator`). */
+    const approvedBy = (d: { id: string; reason: string | null; by: string }) =>
+      sql`UPDATE pilot_applications SET decision_reason = ${d.reason}, decided_by = ${d.by}
+          WHERE id = ${d.id} AND status = 'approved' AND decided_by IS NULL`.pipe(Rows.none)
 
     /** The tenant of an approved application with its `sandbox` environment in `provisioning`. */
     const createTenant = (t: { pilotId: string; tenantId: string; environmentId: string; name: string; at: Date }) =>
@@ -114,6 +143,9 @@ export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo",
       setCellWeight,
       cellWeights,
       insertPilot,
+      pilots,
+      rejectPilot,
+      approvedBy,
       pilot,
       lockPilot,
       createTenant,

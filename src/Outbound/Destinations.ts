@@ -41,7 +41,27 @@ const make = (raw: string) =>
         (d) => Effect.promise(() => d.close()).pipe(Effect.ignore)
       )
 
-    return { allowlist, dispatcher, dispatcherWith, checkRegistration } as const
+    /**
+     * For an operator's review (issue 39): the addresses a URL's host resolves to now, each with its
+     * class (`public`, `allowlisted`, or the class the guard refuses). Operators see the addresses;
+     * a customer never does (D20).
+     */
+    const addressClasses = (url: string) =>
+      Effect.promise(async () => {
+        const host = Destination.normalizeHost(new URL(url).hostname)
+        if (allowlist.hosts.has(host)) return [{ address: host, class: "allowlisted host" }]
+        const addresses = await lookup(host).catch(() => [])
+        const classOf = (a: string) => {
+          const refused = Destination.refusedClass(a, allowlist)
+          return refused !== undefined ? refused : Destination.refusedClass(a) === undefined ? "public" : "allowlisted"
+        }
+        return addresses.length === 0 ? [{ address: host, class: "does not resolve" }] : addresses.map((a) => ({
+          address: a.address,
+          class: classOf(a.address)
+        }))
+      })
+
+    return { allowlist, dispatcher, dispatcherWith, checkRegistration, addressClasses } as const
   })
 
 export class Destinations extends Effect.Service<Destinations>()("Destinations", {

@@ -34,7 +34,7 @@ export interface Allowlist {
 
 export const EMPTY_ALLOWLIST: Allowlist = { hosts: new Set(), cidrs: [] }
 
-const normalizeHost = (host: string) => host.toLowerCase().replace(/\.$/, "").replace(/^\[|\]$/g, "")
+export const normalizeHost = (host: string) => host.toLowerCase().replace(/\.$/, "").replace(/^\[|\]$/g, "")
 
 /** Parses `DESTINATION_ALLOWLIST`: comma-separated host names or CIDRs; a bad entry throws naming it. */
 export const parseAllowlist = (raw: string): Allowlist => {

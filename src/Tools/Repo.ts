@@ -53,6 +53,11 @@ export class ToolsRepo extends Effect.Service<ToolsRepo>()("ToolsRepo", {
       SELECT c.*, (SELECT array_agg(t.id ORDER BY t.created_at, t.id) FROM tools t WHERE t.connection_id = c.id) AS tool_ids
       FROM connections c`
 
+    /** Every cell's connections awaiting review, oldest first (the operator console's queue). */
+    const pendingReview = (limit: number) =>
+      sql`${selectConnections} WHERE c.status = 'pending_review' ORDER BY c.created_at, c.id LIMIT ${limit}`
+        .pipe(Rows.all(ConnectionRow))
+
     const connection = (cell: CellRef, id: string) =>
       sql`${selectConnections} WHERE c.id = ${id} AND c.tenant_id = ${cell.tenantId} AND c.environment = ${cell.environment}`
         .pipe(Rows.maybe(ConnectionRow))
@@ -116,6 +121,7 @@ export class ToolsRepo extends Effect.Service<ToolsRepo>()("ToolsRepo", {
         : sql`SELECT * FROM tools WHERE id IN ${sql.in([...ids])}`.pipe(Rows.all(ToolRow))
 
     return {
+      pendingReview,
       connection,
       connections,
       insertConnection,

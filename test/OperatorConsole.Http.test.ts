@@ -1,0 +1,165 @@
+/**
+ * The operator console (issue 39) over plain HTTP against the real service: an operator account
+ * made through the operator plane (what `create-operator` calls), its first sign-in with TOTP
+ * enrolment before any page, the pilot applications queue (counts, filter) with an approval and a
+ * rejection (a reason required) that name the operator account, and the separation of the two
+ * consoles' sessions both ways.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+
+import { makeTestApp, TestApp } from "./support/App.js"
+import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
+import { browser, enrolled, PASSWORD, signedUp } from "./support/Console.js"
+import { expectSingle } from "./support/Envelopes.js"
+import { TOOL_SCOPES } from "./support/Sandboxes.js"
+import { connectionBody } from "./support/ToolHost.js"
+import { toolSettings } from "./support/ToolSandbox.js"
+
+const P = "/operator/console"
+
+/** An operator account made through the operator plane, signed in, TOTP enrolled. */
+const signedInOperator = (email: string) =>
+  Effect.gen(function*() {
+    const made = yield* operator("POST", "/operator-accounts", { email })
+    expect(made.status, made.text).toBe(201)
+    const ops = browser()
+    yield* ops.get(`${P}/sign-in`)
+    const signedIn = yield* ops.post(`${P}/sign-in`, { email, password: made.body.password })
+    expect(signedIn.status, signedIn.text).toBe(303)
+    yield* enrolled(ops, P)
+    return { ops, accountId: made.body.id as string }
+  })
+
+/** The audit entries of `action` in a tenant's sandbox: who. */
+const auditedAs = (tenantId: string, action: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ actor_type: string; actor_id: string }>`
+      SELECT actor_type, actor_id FROM audit_entries WHERE tenant_id = ${tenantId} AND action = ${action}
+      ORDER BY occurred_at`.pipe(Effect.orDie))
+
+describe("operator console over HTTP (issue 39)", () => {
+  it.live(
+    "an operator account with TOTP decides pilot applications; a member's session opens no operator page, nor the reverse",
+    () =>
+      Effect.gen(function*() {
+        const made = yield* operator("POST", "/operator-accounts", { email: "Ops@Platform.test" })
+        expect(made.status, made.text).toBe(201)
+        const { id: accountId, password } = made.body as { id: string; password: string }
+        expect(made.body.email).toBe("ops@platform.test")
+        expect((yield* operator("POST", "/operator-accounts", { email: "ops@platform.test" })).status).toBe(409)
+
+        // first sign-in: every page waits for the TOTP set-up
+        const ops = browser()
+        yield* ops.get(`${P}/sign-in`)
+        const signedIn = yield* ops.post(`${P}/sign-in`, { email: "ops@platform.test", password })
+        expect(signedIn.status, signedIn.text).toBe(303)
+        expect(ops.cookie("operator_session")).toBeDefined()
+        expect((yield* ops.get(`${P}/pilots`)).location).toBe(`${P}/mfa/enrol`)
+        yield* enrolled(ops, P)
+
+        const a = yield* operator("POST", "/pilot-applications", { organization_name: "Acme", contact_email: "a@acme.test" })
+        const b = yield* operator("POST", "/pilot-applications", { organization_name: "Bolt <Co>", contact_email: "b@bolt.test" })
+        let queue = yield* ops.get(`${P}/pilots`)
+        expect(queue.status, queue.text).toBe(200)
+        expect(queue.text).toMatch(/aria-current="page">submitted \(2\)/)
+        expect(queue.text).toContain("Bolt &lt;Co&gt;")
+
+        // a rejection needs a reason; the approval makes the tenant through the operator plane
+        const noReason = yield* ops.post(`${P}/pilots/${b.body.id}/decision`, { decision: "reject", reason: " " })
+        expect(noReason.status).toBe(400)
+        const rejected = yield* ops.post(`${P}/pilots/${b.body.id}/decision`, { decision: "reject", reason: "Not a fit yet" })
+        expect(rejected.status, rejected.text).toBe(303)
+        const approved = yield* ops.post(`${P}/pilots/${a.body.id}/decision`, { decision: "approve" })
+        expect(approved.status, approved.text).toBe(303)
+        expect((yield* ops.post(`${P}/pilots/${a.body.id}/decision`, { decision: "reject", reason: "late" })).status).toBe(409)
+        queue = yield* ops.get(`${P}/pilots?status=rejected`)
+        expect(queue.text).toContain("<dt>Reason</dt><dd>Not a fit yet</dd>")
+        expect(queue.text).toContain(`<dt>Decided by</dt><dd>${accountId}</dd>`)
+        expect(queue.text).toMatch(/approved \(1\)/)
+        const pilot = yield* operator("GET", `/pilot-applications/${a.body.id}`)
+        expect(pilot.body.status).toBe("approved")
+        const sql = yield* SqlClient.SqlClient
+        const audits = yield* sql<{ actor_type: string; actor_id: string }>`
+        SELECT actor_type, actor_id FROM audit_entries
+        WHERE tenant_id = ${pilot.body.tenant_id} AND action = 'approvePilotApplication'`.pipe(Effect.orDie)
+        expect(audits).toEqual([{ actor_type: "operator", actor_id: accountId }])
+
+        // a member: a customer session opens no operator page, and a member cannot sign in there
+        const member = browser()
+        yield* signedUp(member, "ada@acme.test")
+        const memberSession = member.cookie("console_session")!
+        const forged = browser()
+        yield* forged.get(`${P}/sign-in`)
+        expect((yield* forged.post(`${P}/sign-in`, { email: "ada@acme.test", password: PASSWORD })).status).toBe(401)
+        const { baseUrl } = yield* TestApp
+        const withCookie = (url: string, cookie: string) =>
+          Effect.promise(() => fetch(`${baseUrl}${url}`, { redirect: "manual", headers: { cookie } }))
+        expect((yield* withCookie(`${P}/pilots`, `operator_session=${memberSession}`)).headers.get("location")).toBe(`${P}/sign-in`)
+        // an operator: its session opens no customer page, and it cannot sign in there
+        const opsSession = ops.cookie("operator_session")!
+        expect((yield* withCookie("/console", `console_session=${opsSession}`)).headers.get("location")).toBe("/console/sign-in")
+        yield* forged.get("/console/sign-in")
+        expect((yield* forged.post("/console/sign-in", { email: "ops@platform.test", password })).status).toBe(401)
+      }).pipe(Effect.provide(makeTestApp())),
+    60_000
+  )
+
+  it.live(
+    "connections pending review (each operation's effect, paths and schemas, the address class) and production requests: approve and reject",
+    () =>
+      Effect.gen(function*() {
+        const { accountId, ops } = yield* signedInOperator("ops@platform.test")
+        const sb = yield* provisionSandbox()
+        const key = (yield* createKey(sb.tenantId, TOOL_SCOPES, "manager")).secret
+        const register = (name: string) =>
+          Effect.map(
+            request("POST", `${sb.P}/connections`, { key, body: { ...connectionBody("https://127.0.0.1:9"), name } }),
+            (r) => expectSingle(r, 201).id as string
+          )
+        const orders = yield* register("Orders")
+        const refunds = yield* register("Refunds")
+        let queue = yield* ops.get(`${P}/connections`)
+        expect(queue.status, queue.text).toBe(200)
+        expect(queue.text).toContain("2 pending review.")
+        expect(queue.text).toContain("<code>POST https://127.0.0.1:9/refunds</code>")
+        expect(queue.text).toContain(
+          "<dt>Reconciliation path</dt><dd><code>GET https://127.0.0.1:9/refunds/operations/{operation_id}</code>"
+        )
+        expect(queue.text).toContain("<dt>Effect</dt><dd>write (changes the customer's data)</dd>")
+        expect(queue.text).toContain("&quot;required&quot;: [\n    &quot;order_id&quot;")
+        expect(queue.text).toContain("<li><code>127.0.0.1</code>: allowlisted</li>")
+        expect((yield* ops.post(`${P}/connections/${refunds}/review`, { decision: "reject", note: "" })).status).toBe(400)
+        const rejected = yield* ops.post(`${P}/connections/${refunds}/review`, { decision: "reject", note: "Refunds need a limit" })
+        expect(rejected.status, `${refunds} ${rejected.text}`).toBe(303)
+        expect((yield* ops.post(`${P}/connections/${orders}/review`, { decision: "approve" })).status).toBe(303)
+        expect((yield* ops.post(`${P}/connections/${orders}/review`, { decision: "approve" })).status).toBe(409)
+        queue = yield* ops.get(`${P}/connections`)
+        expect(queue.text).toContain("0 pending review.")
+        const approved = yield* request("GET", `${sb.P}/connections/${orders}`, { key })
+        expect(expectSingle(approved).status).toBe("active")
+        expect(expectSingle(approved).tool_ids).toHaveLength(2)
+        expect(expectSingle(yield* request("GET", `${sb.P}/connections/${refunds}`, { key })).status).toBe("rejected")
+        expect(yield* auditedAs(sb.tenantId, "reviewConnection")).toEqual([
+          { actor_type: "operator", actor_id: accountId },
+          { actor_type: "operator", actor_id: accountId }
+        ])
+
+        // production requests: the tenant's request, rejected without a reason (400), then approved
+        const requester = (yield* createKey(sb.tenantId, ["environments:read", "environments:write"], "requester")).secret
+        const body = { use_case: "Support <agent>", expected_monthly_runs: 5000, contact_email: "ops@acme.test" }
+        const preq = expectSingle(yield* request("POST", `${sb.P}/production-request`, { key: requester, body }), 201).id as string
+        const production = yield* ops.get(`${P}/production`)
+        expect(production.status, production.text).toBe(200)
+        expect(production.text).toContain("1 submitted requests.")
+        expect(production.text).toContain("<dt>Use case</dt><dd>Support &lt;agent&gt;</dd>")
+        expect((yield* ops.post(`${P}/production/${preq}/decision`, { decision: "reject", reason: "" })).status).toBe(400)
+        const decided = yield* ops.post(`${P}/production/${preq}/decision`, { decision: "approve" })
+        expect(decided.status, decided.text).toBe(303)
+        expect((yield* operator("GET", `/production-requests/${preq}`)).body.status).toBe("approved")
+        expect(yield* auditedAs(sb.tenantId, "approveProductionRequest")).toEqual([{ actor_type: "operator", actor_id: accountId }])
+      }).pipe(Effect.provide(makeTestApp(toolSettings()))),
+    60_000
+  )
+})
