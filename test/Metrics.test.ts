@@ -45,6 +45,7 @@ describe("metrics", () => {
     expect(operationOf("GET", "/v1/tenants/ten_1/nothing/here").operation).toBe("unmatched")
     expect(operationOf("BREW", "/healthz").operation).toBe("unmatched")
     expect(operationOf("GET", "/console/sign-in?next=x").operation).toBe("console")
+    expect(operationOf("GET", "/operator/console/pilots").operation).toBe("operator_console")
   })
 
   it.effect("renders counters, gauges and cumulative histogram buckets with escaped labels", () =>

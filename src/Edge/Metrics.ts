@@ -37,8 +37,13 @@ export const operationOf = (method: string, url: string): RequestOperation => {
   return match._tag === "Found" ? { operation: match.operation, params: match.params } : { operation: unmatchedOperation(path), params: {} }
 }
 
-/** A path no operation has: `console` for the console's pages (one label for them all), else `unmatched`. */
-export const unmatchedOperation = (path: string): string => path === "/console" || path.startsWith("/console/") ? "console" : "unmatched"
+/** A path no operation has: one label for each console's pages, else `unmatched`. */
+export const unmatchedOperation = (path: string): string =>
+  path === "/console" || path.startsWith("/console/")
+    ? "console"
+    : path === "/operator/console" || path.startsWith("/operator/console/")
+    ? "operator_console"
+    : "unmatched"
 
 const matched = new WeakMap<HttpServerRequest.HttpServerRequest, RequestOperation>()
 
