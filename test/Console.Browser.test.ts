@@ -5,7 +5,10 @@
  * (codes computed here), create the organization, apply, the operator approves (operator API), the
  * sandbox shows Ready, create the first key, run the quickstart with it to `succeeded`, onboarding
  * complete. axe-core checks every page (no serious or critical violation) and that nothing is wider
- * than the screen. With CONSOLE_SCREENSHOTS=1 each step is saved to docs/console/*.png.
+ * than the screen. On the way, the refusals a customer can meet in the browser: a link used twice, a
+ * wrong TOTP code, a form whose CSRF token was removed (expired links, another organization's pages
+ * and the sign-in limits are in test/Console.Http.test.ts). With CONSOLE_SCREENSHOTS=1 each step is
+ * saved to docs/console/*.png.
  */
 import { AxeBuilder } from "@axe-core/playwright"
 import { describe, expect, it } from "@effect/vitest"
@@ -120,6 +123,10 @@ describe("console in a browser (issue 38)", () => {
           await checked(page, "03-verify")
           await page.getByRole("button", { name: "Verify my address" }).click()
           await page.getByText("Your address is verified").waitFor()
+          // a link works once
+          await page.goto(link)
+          await page.getByRole("button", { name: "Verify my address" }).click()
+          await page.getByText("This link was used already").waitFor()
 
           await page.goto(`${base}/console/sign-in`)
           await checked(page, "04-sign-in")
@@ -133,12 +140,29 @@ describe("console in a browser (issue 38)", () => {
           const key = (await page.locator("code").first().textContent())!.replace(/\s/g, "")
           await checked(page, "06-two-factor")
           const secret = OTPAuth.Secret.fromBase32(key)
-          await page.getByLabel(/Six-digit code/).fill(OTPAuth.TOTP.generate({ secret }))
+          // a wrong code is refused, and the same key is shown again
+          const right = OTPAuth.TOTP.generate({ secret })
+          await page.getByLabel(/Six-digit code/).fill(right === "000000" ? "000001" : "000000")
+          await page.getByRole("button", { name: "Turn on two-factor authentication" }).click()
+          await page.getByText("That code is not right").waitFor()
+          expect((await page.locator("code").first().textContent())!.replace(/\s/g, "")).toBe(key)
+          await page.getByLabel(/Six-digit code/).fill(right)
           await page.getByRole("button", { name: "Turn on two-factor authentication" }).click()
           await page.getByRole("heading", { name: "Save your recovery codes" }).waitFor()
           await checked(page, "07-recovery-codes")
 
           await page.getByRole("link", { name: "Continue" }).click()
+          // a form without its CSRF token is refused (403), and nothing is created
+          await page.getByLabel("Organization name").fill("Forged Labs")
+          await page.evaluate("document.querySelectorAll('input[name=csrf]').forEach((e) => e.remove())")
+          const [forged] = await Promise.all([
+            page.waitForResponse((r) => r.request().method() === "POST"),
+            page.getByRole("button", { name: "Create organization" }).click()
+          ])
+          expect(forged.status()).toBe(403)
+          await page.getByText("did not come from this console").waitFor()
+          await page.goto(`${base}/console`)
+          await page.getByRole("heading", { name: "Welcome" }).waitFor()
           await page.getByLabel("Organization name").fill("Hopper Labs")
           await page.getByRole("button", { name: "Create organization" }).click()
           await page.getByRole("heading", { name: "Hopper Labs" }).waitFor()
