@@ -17,21 +17,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { chromium } from "playwright-core"
 
+import { CHROMIUM, CHROMIUM_ARGS } from "../test/support/Chromium.js"
 import { freePort } from "../test/support/Server.js"
 
 const ROOT = path.resolve(import.meta.dirname, "..")
 const OUT = path.resolve(process.env["DOCS_CHECK_DIR"] ?? path.join(ROOT, ".data", "docs-check"))
-const CHROMIUM = process.env["CHROMIUM"] ?? "/usr/bin/chromium"
-// Flags for a closed network and a root user (CI machines, containers).
-const CHROMIUM_ARGS = [
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync"
-]
 
 const check = (ok: boolean, what: string, detail = "") => {
   if (!ok) throw new Error(`FAILED: ${what}${detail ? `\n${detail}` : ""}`)

@@ -22,6 +22,8 @@ import { SMTPServer } from "smtp-server"
 
 import { defaultConsoleConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
+import { CHROMIUM, CHROMIUM_ARGS } from "./support/Chromium.js"
+import { quickstartRun } from "./support/Console.js"
 import { freePort } from "./support/Server.js"
 
 const SHOTS = process.env["CONSOLE_SCREENSHOTS"] === "1"
@@ -53,21 +55,7 @@ const smtp = Effect.acquireRelease(
 )
 
 const browserOf = Effect.acquireRelease(
-  Effect.promise(() =>
-    chromium.launch({
-      executablePath: process.env["CHROMIUM"] ?? "/usr/bin/chromium",
-      headless: true,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync"
-      ]
-    })
-  ),
+  Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS })),
   (browser: Browser) => Effect.promise(() => browser.close())
 )
 
@@ -203,22 +191,7 @@ describe("console in a browser (issue 38)", () => {
           const text = await page.content()
           const ws = /<dt>Workspace<\/dt><dd>(ws_\w+)<\/dd>/.exec(text)![1]!
           const rev = /<dt>Agent revision<\/dt><dd>(rev_\w+)<\/dd>/.exec(text)![1]!
-          const P = `${base}/v1/tenants/${tenantId}/environments/sandbox`
-          const call = async (url: string, body: unknown, extra: Record<string, string> = {}) =>
-            (await fetch(url, {
-              method: "POST",
-              headers: {
-                authorization: `Bearer ${keySecret}`,
-                "content-type": "application/json",
-                "idempotency-key": crypto.randomUUID(),
-                ...extra
-              },
-              body: JSON.stringify(body)
-            })).json() as Promise<any>
-          const conversation = await call(`${P}/conversations`, { workspace_id: ws, agent_revision_id: rev })
-          const run = await call(`${P}/conversations/${conversation.data.id}/runs`, { input: [{ type: "text", text: "Hello" }] }, {
-            prefer: "wait=10"
-          })
+          const { run } = await quickstartRun(base, tenantId, keySecret, ws, rev)
           expect(run.data.status, JSON.stringify(run)).toBe("succeeded")
 
           await page.getByRole("link", { name: "Back to your organization" }).click()

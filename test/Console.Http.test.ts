@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
 import { makeTestApp, TestApp } from "./support/App.js"
 import { operator } from "./support/Client.js"
-import { type Browser, browser, codeAt, enrolled, mailTo, now, PASSWORD, signedUp } from "./support/Console.js"
+import { type Browser, browser, codeAt, enrolled, mailTo, now, PASSWORD, quickstartRun, signedUp } from "./support/Console.js"
 
 const orgOf = (b: Browser, name: string) =>
   Effect.gen(function*() {
@@ -69,25 +69,8 @@ describe("console over HTTP (issue 38)", () => {
         const rev = /<dt>Agent revision<\/dt><dd>(\w+)<\/dd>/.exec(quick.text)![1]!
         expect(quick.text).not.toContain(keySecret)
         const app = yield* TestApp
-        const P = `${app.baseUrl}/v1/tenants/${tenantId}/environments/sandbox`
-        const call = (url: string, body: unknown, extra: Record<string, string> = {}) =>
-          Effect.promise(() =>
-            fetch(url, {
-              method: "POST",
-              headers: {
-                authorization: `Bearer ${keySecret}`,
-                "content-type": "application/json",
-                "idempotency-key": crypto.randomUUID(),
-                ...extra
-              },
-              body: JSON.stringify(body)
-            }).then((r) => r.json() as Promise<any>)
-          )
-        const conversation = yield* call(`${P}/conversations`, { workspace_id: ws, agent_revision_id: rev })
+        const { conversation, run } = yield* Effect.promise(() => quickstartRun(app.baseUrl, tenantId, keySecret, ws, rev))
         expect(JSON.stringify(conversation)).toMatch(/"id":"conv_/)
-        const run = yield* call(`${P}/conversations/${conversation.data.id}/runs`, { input: [{ type: "text", text: "Hello" }] }, {
-          prefer: "wait=10"
-        })
         expect(run.data?.status, JSON.stringify(run)).toBe("succeeded")
         page = yield* b.get(`/console/orgs/${org}`)
         expect(page.text).toContain("Onboarding complete")

@@ -17,6 +17,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Cause, Context, Duration, Effect, Exit, Layer, Option } from "effect"
 
 import { AppConfig, type AppConfigShape } from "../Config/AppConfig.js"
+import { DatabaseLost } from "../Database/Client.js"
 import { Draining } from "../Kernel/Draining.js"
 import { toEnvelope } from "../Kernel/Errors.js"
 import { newRequestId } from "./RequestIds.js"
@@ -137,7 +138,5 @@ export const DrainLive = Layer.scopedDiscard(Effect.flatMap(ServerDrain, ({ drai
     // The embedded database died: nothing can be served in a drain window, and the process must
     // stop at once for its supervisor to restart both (stopping 2 s later with the database gone
     // left the process hanging: Startup.NpmStart).
-    Exit.isFailure(exit) && Option.exists(Cause.failureOption(exit.cause), (e) => isDatabaseLost(e)) ? Effect.void : drain
+    Exit.isFailure(exit) && Option.exists(Cause.failureOption(exit.cause), (e) => e instanceof DatabaseLost) ? Effect.void : drain
   )))
-
-const isDatabaseLost = (e: unknown) => typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "DatabaseLost"

@@ -102,3 +102,19 @@ export const enrolled = (b: Browser, prefix = "/console") =>
     expect(codes).toHaveLength(10)
     return { secret, codes }
   })
+
+/** A conversation and a `Prefer: wait` run with the quickstart's ids and `key`, as the quickstart page shows them: both bodies. */
+export const quickstartRun = async (base: string, tenantId: string, key: string, workspaceId: string, revisionId: string) => {
+  const P = `${base}/v1/tenants/${tenantId}/environments/sandbox`
+  const call = async (url: string, body: unknown, extra: Record<string, string> = {}) =>
+    (await fetch(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": crypto.randomUUID(), ...extra },
+      body: JSON.stringify(body)
+    })).json() as Promise<any>
+  const conversation = await call(`${P}/conversations`, { workspace_id: workspaceId, agent_revision_id: revisionId })
+  const run = await call(`${P}/conversations/${conversation.data.id}/runs`, { input: [{ type: "text", text: "Hello" }] }, {
+    prefer: "wait=10"
+  })
+  return { conversation, run }
+}
