@@ -1,6 +1,8 @@
 /**
  * The event loop shared fairly between cells (issue 36, src/Kernel/FairScheduler.ts): real fibers
- * in lanes of the scheduler, counting whose steps ran when (no timing thresholds).
+ * in lanes of the scheduler, counting whose steps ran when (no timing thresholds). Tasks are
+ * charged by a virtual clock that a step advances by the CPU it stands for, so what the OS does to
+ * the test process (another process preempting it mid-task) cannot move the counts.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
@@ -8,10 +10,12 @@ import { Effect, Fiber } from "effect"
 import * as FairScheduler from "../src/Kernel/FairScheduler.js"
 import { CurrentShare } from "../src/Kernel/FairShare.js"
 
-/** Burns about `ms` of CPU. */
+/** The virtual clock the schedulers below charge tasks by. */
+let virtualMillis = 0
+const now = () => virtualMillis
+/** A step's CPU: `ms` on the virtual clock. */
 const burn = (ms: number) => {
-  const until = performance.now() + ms
-  while (performance.now() < until) { /* busy */ }
+  virtualMillis += ms
 }
 
 /** `steps` steps of work in cell `key`, each burning `ms` then yielding; `onStep` after each. */
@@ -36,7 +40,7 @@ const busyCell = (scheduler: FairScheduler.FairScheduler, onStep: () => void) =>
 describe("the fair scheduler", () => {
   it.live("a quiet cell's work runs ahead of a busy cell's backlog", () =>
     Effect.gen(function*() {
-      const scheduler = FairScheduler.make({ weightOf: () => 1, sliceMillis: 2 })
+      const scheduler = FairScheduler.make({ weightOf: () => 1, sliceMillis: 2, now })
       let busySteps = 0
       let busyAtQuietEnd = -1
       const busy = yield* busyCell(scheduler, () => busySteps++)
@@ -57,7 +61,7 @@ describe("the fair scheduler", () => {
   it.live("two busy cells get CPU by their weights", () =>
     Effect.gen(function*() {
       const weights: Record<string, number> = { "ten_a/sandbox": 1, "ten_b/sandbox": 3 }
-      const scheduler = FairScheduler.make({ weightOf: (k) => weights[k] ?? 1, sliceMillis: 2 })
+      const scheduler = FairScheduler.make({ weightOf: (k) => weights[k] ?? 1, sliceMillis: 2, now })
       const steps = { "ten_a/sandbox": 0, "ten_b/sandbox": 0 }
       let ratioAtHalf = -1
       const cell = (key: "ten_a/sandbox" | "ten_b/sandbox") =>
@@ -80,7 +84,7 @@ describe("the fair scheduler", () => {
   it.live("a fiber holding what others wait for runs ahead of every lane while it is contended", () =>
     Effect.gen(function*() {
       let contended = true
-      const scheduler = FairScheduler.make({ weightOf: () => 1, sliceMillis: 2, contended: () => contended })
+      const scheduler = FairScheduler.make({ weightOf: () => 1, sliceMillis: 2, contended: () => contended, now })
       let busySteps = 0
       let busyAtHolderEnd = -1
       const busy = yield* busyCell(scheduler, () => busySteps++)

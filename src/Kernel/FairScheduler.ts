@@ -52,11 +52,14 @@ export interface FairSchedulerOptions {
    * then do the holders' tasks run ahead (default: always)
    */
   readonly contended?: () => boolean
+  /** the clock tasks are charged by, in ms (default `performance.now`; tests pass a virtual one) */
+  readonly now?: () => number
 }
 
 export const make = (options: FairSchedulerOptions): FairScheduler => {
   const lanes = new Map<string, Lane>()
   const contended = options.contended ?? (() => true)
+  const now = options.now ?? (() => performance.now())
   /** lanes with tasks, in the order they got their first waiting task */
   const ready = new Set<Lane>()
   let clock = 0
@@ -96,12 +99,12 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
   const runTask = (lane: Lane, task: Scheduler.Task) => {
     const start = Math.max(lane.finish, clock)
     clock = start
-    const t0 = performance.now()
+    const t0 = now()
     try {
       task()
     } finally {
       const weight = options.weightOf(lane.key)
-      lane.finish = start + (performance.now() - t0) / (weight > 0 ? weight : 1)
+      lane.finish = start + (now() - t0) / (weight > 0 ? weight : 1)
     }
   }
 
@@ -114,10 +117,10 @@ export const make = (options: FairSchedulerOptions): FairScheduler => {
   const run = (onlyOwed: boolean) => {
     if (draining) return
     draining = true
-    const end = performance.now() + options.sliceMillis
+    const end = now() + options.sliceMillis
     try {
       for (;;) {
-        if (performance.now() >= end) break
+        if (now() >= end) break
         const held = urgent.shift()
         if (held !== undefined) {
           runTask(held.lane, held.task)
