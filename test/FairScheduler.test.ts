@@ -5,7 +5,7 @@
  * the test process (another process preempting it mid-task) cannot move the counts.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
+import { Deferred, Effect, Exit, Fiber } from "effect"
 
 import * as FairScheduler from "../src/Kernel/FairScheduler.js"
 import { CurrentShare } from "../src/Kernel/FairShare.js"
@@ -28,14 +28,26 @@ const worker = (scheduler: FairScheduler.FairScheduler, key: string, steps: numb
     }
   }).pipe(Effect.provideService(CurrentShare, key), Effect.withScheduler(scheduler))
 
-/** The busy cell: 40 fibers of 25 steps of 0.2 ms (1,000 steps), forked. */
+/**
+ * The busy cell: 40 fibers of 25 steps of 0.2 ms (1,000 steps), forked; `under` completes after its
+ * first 100 steps (the steps are charged virtually, so real time says nothing of its progress).
+ */
 const busyCell = (scheduler: FairScheduler.FairScheduler, onStep: () => void) =>
-  Effect.forkDaemon(
-    Effect.all(Array.from({ length: 40 }, () => worker(scheduler, "ten_a/sandbox", 25, 0.2, onStep)), {
-      concurrency: "unbounded",
-      discard: true
-    })
-  )
+  Effect.gen(function*() {
+    const under = yield* Deferred.make<void>()
+    let steps = 0
+    const step = () => {
+      onStep()
+      if (++steps === 100) Deferred.unsafeDone(under, Exit.void)
+    }
+    const fiber = yield* Effect.forkDaemon(
+      Effect.all(Array.from({ length: 40 }, () => worker(scheduler, "ten_a/sandbox", 25, 0.2, step)), {
+        concurrency: "unbounded",
+        discard: true
+      })
+    )
+    return { fiber, under: Deferred.await(under) }
+  })
 
 describe("the fair scheduler", () => {
   it.live("a quiet cell's work runs ahead of a busy cell's backlog", () =>
@@ -44,14 +56,19 @@ describe("the fair scheduler", () => {
       let busySteps = 0
       let busyAtQuietEnd = -1
       const busy = yield* busyCell(scheduler, () => busySteps++)
-      yield* Effect.sleep("5 millis")
-      // the quiet cell: one fiber of 5 steps
+      yield* busy.under
+      // the quiet cell: one fiber of 5 steps (busy steps counted from its start)
+      let busyAtQuietStart = -1
       const quiet = yield* Effect.forkDaemon(
-        worker(scheduler, "ten_b/sandbox", 5, 0.2, () => undefined).pipe(Effect.ensuring(Effect.sync(() => busyAtQuietEnd = busySteps)))
+        Effect.suspend(() => {
+          busyAtQuietStart = busySteps
+          return worker(scheduler, "ten_b/sandbox", 5, 0.2, () => undefined)
+        }).pipe(Effect.ensuring(Effect.sync(() => busyAtQuietEnd = busySteps - busyAtQuietStart)))
       )
       yield* Fiber.join(quiet)
-      yield* Fiber.join(busy)
+      yield* Fiber.join(busy.fiber)
       expect(busySteps).toBe(1000)
+      expect(busyAtQuietStart, "the busy cell had a backlog when the quiet one started").toBeLessThan(800)
       // first come first served (Effect's default scheduler) would run a round of the 40 busy
       // fibers between two of the quiet one's steps: 200 busy steps or more
       expect(busyAtQuietEnd).toBeGreaterThanOrEqual(0)
@@ -87,22 +104,25 @@ describe("the fair scheduler", () => {
       const scheduler = FairScheduler.make({ weightOf: () => 1, sliceMillis: 2, contended: () => contended, now })
       let busySteps = 0
       let busyAtHolderEnd = -1
+      let busyAtHolderStart = -1
       const busy = yield* busyCell(scheduler, () => busySteps++)
-      yield* Effect.sleep("5 millis")
+      yield* busy.under
       // a fiber of the busy cell itself, holding a connection: its steps skip the cell's backlog
       const holder = yield* Effect.forkDaemon(
         Effect.gen(function*() {
           const me = yield* Effect.withFiberRuntime<Fiber.RuntimeFiber<unknown, unknown>>((fiber) => Effect.succeed(fiber))
           scheduler.hold(me)
+          busyAtHolderStart = busySteps
           yield* worker(scheduler, "ten_a/sandbox", 10, 0.2, () => undefined)
           scheduler.release(me)
-          busyAtHolderEnd = busySteps
+          busyAtHolderEnd = busySteps - busyAtHolderStart
         }).pipe(Effect.provideService(CurrentShare, "ten_a/sandbox"), Effect.withScheduler(scheduler))
       )
       yield* Fiber.join(holder)
       contended = false
-      yield* Fiber.join(busy)
+      yield* Fiber.join(busy.fiber)
       expect(busySteps).toBe(1000)
+      expect(busyAtHolderStart, "the busy cell had a backlog when the holder started").toBeLessThan(800)
       // in its cell's lane, it would wait a round of the 40 others per step: 360 steps or more
       expect(busyAtHolderEnd).toBeGreaterThanOrEqual(0)
       expect(busyAtHolderEnd).toBeLessThan(200)
