@@ -35,7 +35,10 @@ import { connectionBody } from "./support/ToolHost.js"
 import { eventually } from "./support/Waiting.js"
 
 const UNLIMITED = { ratePerSecond: 100_000, burst: 100_000 }
-const NUM_RUNS = { mutation: 40, read: 20 }
+// Generated cases per operation (CI's budget; the refusal rules are per field, so a few dozen cover
+// each operation's fields). PROPERTY_RUNS_SCALE=4 (say) runs a deeper search.
+const SCALE = Number(process.env.PROPERTY_RUNS_SCALE ?? 1)
+const NUM_RUNS = { mutation: Math.ceil(24 * SCALE), read: Math.ceil(12 * SCALE) }
 
 // ---------------------------------------------------------------------------------------------
 // The operations, from the HttpApi definition
