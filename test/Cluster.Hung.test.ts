@@ -6,10 +6,12 @@
  *
  *   1. Its cells answer from another node within 10 s of the stop (its shard leases expire after
  *      CLUSTER_LOCK_EXPIRATION_SECONDS, 6 s, whatever its sessions do).
- *   2. Every request is answered within CLUSTER_SEND_TIMEOUT_SECONDS (10 s), plus the time it may
- *      wait on a row lock of the stopped node's open transaction (Postgres ends that session after
- *      the lease expiration, 6 s): a request routed to the hung owner gets its 503 then, not when
- *      the owner resumes.
+ *   2. Every request is answered long before the stopped node resumes: its calls to cells give up
+ *      within CLUSTER_SEND_TIMEOUT_SECONDS (10 s) of its start (what is left of it, at least 1 s),
+ *      even after it waited for a database connection or a row lock behind the stopped node's open
+ *      transaction (Postgres ends that session after the lease expiration, 6 s). A request routed
+ *      to the hung owner gets its 503 then, not when the owner resumes. (On a loaded machine a
+ *      few answers still come 15-19 s after their start: bounded below, not yet the send timeout.)
  *   3. Right after SIGCONT, requests for its old cells sent to the resumed node itself are answered
  *      503 `cell_unavailable` or by the cells' new owners (never by its stale cells); it rejoins the
  *      cluster (healthy again).
@@ -131,8 +133,8 @@ describe("cluster of three nodes", () => {
           `moved within 10 s: ${JSON.stringify(moveTimes)} ${JSON.stringify([...probeLast])}\n${logs}`
         )
           .toBe(true)
-        // A request may first wait on a row lock of the stopped node's open transaction (until
-        // Postgres ends its session), then on the cell: bounded either way, and well before SIGCONT.
+        // Bounded, and well before SIGCONT: the send timeout, the stopped node's locks (Postgres
+        // ends its session after the lease expiration) and 4 s of slack for a loaded machine.
         expect(slowest, "every request answered within the send timeout, after the stopped node's locks (and 4 s of slack)")
           .toBeLessThanOrEqual(EXPIRATION_MS + SEND_TIMEOUT_MS + 4000)
         expect(resumedAnswers.filter((s) => s !== "200" && s !== "503 cell_unavailable"), "the resumed node's answers").toEqual([])

@@ -13,12 +13,14 @@ import { Effect, FiberRef, Layer, Option } from "effect"
 
 import type { Conflict } from "../Kernel/Errors.js"
 import type { CellRef, Principal } from "../Kernel/Principal.js"
-import { currentRequestId } from "../Kernel/RequestId.js"
+import { currentRequestId, currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { type ActingUser, type RefineReplay, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
 import type { Gate } from "./Idempotency.js"
 
 export interface RequestState {
   readonly requestId: string
+  /** when the request started (`Date.now()`): its calls to cells give up within the send timeout of it */
+  readonly startedAt: number
   /** headers the pipeline adds to the final response (Location, Retry-After, RateLimit...) */
   readonly headers: Record<string, string>
   /** set by the pipeline once the service key is authenticated */
@@ -39,7 +41,11 @@ const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
 
 /** Runs `effect` as the work of the request of `state`. */
 export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  effect.pipe(Effect.locally(currentState, state), Effect.locally(currentRequestId, state.requestId))
+  effect.pipe(
+    Effect.locally(currentState, state),
+    Effect.locally(currentRequestId, state.requestId),
+    Effect.locally(currentRequestStartedAt, state.startedAt)
+  )
 
 /** The state of the request the calling fiber serves (undefined outside one). */
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)

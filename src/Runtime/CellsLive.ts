@@ -12,7 +12,7 @@
  */
 import { Entity, EntityId, Sharding } from "@effect/cluster"
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
-import { Cause, Clock, Context, Duration, Effect, Either, Layer, Option, Record } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Either, FiberRef, Layer, Option, Record } from "effect"
 
 import { Agents } from "../Agents.js"
 import { ApprovalsRepo } from "../Approvals/Repo.js"
@@ -24,6 +24,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
+import { currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { Shares } from "../Kernel/Shares.js"
 import { Memory } from "../Memory.js"
 import { StepEngine } from "../Models/StepEngine.js"
@@ -118,7 +119,17 @@ const make = Effect.gen(function*() {
     releaseEveryMillis: Math.max(1000, (config.cellIdleTimeoutSeconds * 1000) / 4)
   }
   const idleMs = config.cellIdleTimeoutSeconds * 1000
-  const sendTimeout = Duration.seconds(config.cluster.sendTimeoutSeconds)
+  const sendTimeoutMillis = config.cluster.sendTimeoutSeconds * 1000
+  /**
+   * How long a routed call may wait: what is left of the send timeout since its request started
+   * (a request that waited for a database connection behind a hung node's locks, or made a call
+   * before, has less), at least `MIN_SEND_MILLIS` (a stream's last call, long after its request
+   * began, still gets its chance); the send timeout outside a request.
+   */
+  const sendBudget = Effect.map(FiberRef.get(currentRequestStartedAt), (startedAt) =>
+    Duration.millis(
+      startedAt === 0 ? sendTimeoutMillis : Math.max(MIN_SEND_MILLIS, startedAt + sendTimeoutMillis - Date.now())
+    ))
   const local = new Map<string, Local>()
 
   // The behaviour: runs once per cell start on this runner, in the entity's scope.
@@ -159,24 +170,26 @@ const make = Effect.gen(function*() {
   const routed = <K extends CellTag>(key: string, command: Command<K>): Effect.Effect<Reply<K>> => {
     const cell: CellClient = client(key)
     const tag: K = command._tag
-    return cell[tag](command).pipe(
-      // A call that times out is interrupted in the background: the interrupt travels to the
-      // owner, and a hung owner would hold the answer until it resumed (issue 41).
-      Effect.disconnect,
-      Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => "timed out" }),
-      Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
-      // The cell was stopped under the request (this node is shutting down, or lost the shard):
-      // the request did not reach it, and may be retried on another node.
-      // The runner that owned it died under the request (its socket): it moves.
-      Effect.catchAllCause((cause) => {
-        if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
-        const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
-        return TRANSPORT_ERRORS.has(defect?._tag)
-          ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
-          : Effect.failCause(cause)
-      }),
-      Effect.withClock(realClock)
-    )
+    return Effect.flatMap(sendBudget, (budget) =>
+      cell[tag](command).pipe(
+        // A call that times out is interrupted in the background: the interrupt travels to the
+        // owner, and a hung owner would hold the answer until it resumed (issue 41).
+        Effect.disconnect,
+        Effect.timeoutFail({ duration: budget, onTimeout: () => "timed out" })
+      )).pipe(
+        Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
+        // The cell was stopped under the request (this node is shutting down, or lost the shard):
+        // the request did not reach it, and may be retried on another node.
+        // The runner that owned it died under the request (its socket): it moves.
+        Effect.catchAllCause((cause) => {
+          if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
+          const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
+          return TRANSPORT_ERRORS.has(defect?._tag)
+            ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
+            : Effect.failCause(cause)
+        }),
+        Effect.withClock(realClock)
+      )
   }
 
   /**
@@ -207,6 +220,9 @@ const make = Effect.gen(function*() {
   const activeCount = Effect.sync(() => local.size)
   return { send, sendIfRunning, activeCount } satisfies CellsShape
 })
+
+/** The least a routed call is given, whatever is left of its request's send timeout. */
+const MIN_SEND_MILLIS = 1000
 
 /** The cells of this process; the services their run actors drive come from the caller (unit tests). */
 export const CellsWithoutDependencies = Layer.scoped(Cells, make)

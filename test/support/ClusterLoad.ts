@@ -42,7 +42,9 @@ export const debugDump = (nodes: () => ReadonlyArray<ChildServer>, tally: Tally)
         for (const n of nodes()) fs.writeFileSync(`${dir}/node-${n.pid}.log`, n.output())
         fs.writeFileSync(
           `${dir}/trace.log`,
-          tally.trace.map((t) => `${new Date(t.at).toISOString()} ${t.ms}ms ${t.what} -> ${t.status} ${t.rateLimit ?? ""} ${t.text}`).join(
+          tally.trace.map((t) =>
+            `${new Date(t.at).toISOString()} ${t.ms}ms ${t.base ?? ""} ${t.what} -> ${t.status} ${t.rateLimit ?? ""} ${t.text}`
+          ).join(
             "\n"
           )
         )
