@@ -21,13 +21,17 @@ import { ConsoleRepo, type LinkRow } from "./Console/Repo.js"
 import * as S from "./Console/Secrets.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { dieOnSqlError } from "./Database/Defects.js"
-import { makeId } from "./Kernel/Ids.js"
+import { QUOTA_NAMES, type QuotaName } from "./Domain/Quotas.js"
+import { type EnvironmentName, makeId } from "./Kernel/Ids.js"
 import type { CellRef } from "./Kernel/Principal.js"
 import { requestId } from "./Kernel/RequestId.js"
 import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
 import { ProductionRequests } from "./ProductionRequests.js"
+import { Quotas } from "./Quotas.js"
+import { RunStore } from "./Runs/RunStore.js"
 import { Tools } from "./Tools.js"
+import { SigningKeys } from "./Tools/Signing.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
 export class Refused extends Data.TaggedError("Refused")<{ readonly status: number; readonly message: string }> {}
@@ -76,6 +80,9 @@ export class Console extends Effect.Service<Console>()("Console", {
     const audit = yield* Audit
     const tools = yield* Tools
     const productionRequests = yield* ProductionRequests
+    const quotas = yield* Quotas
+    const signing = yield* SigningKeys
+    const runStore = yield* RunStore
     // the console's requests are no operator-plane requests: the approval's `about` has no audit
     // entry of the edge's to name (this service writes its own)
     const work = yield* UnitOfWork
@@ -558,6 +565,89 @@ export class Console extends Effect.Service<Console>()("Console", {
         yield* auditOperator(m, { tenantId: decided.tenant_id, environment: "sandbox" }, action, { type: "production_request", id })
       })
 
+    // ---- tenants and cells (issue 39) ----
+
+    /** The environment a page's path names, or 404. */
+    const environmentOf = (name: string) =>
+      name === "sandbox" || name === "production" ? Effect.succeed(name as EnvironmentName) : refuse(404, "There is no such environment.")
+    const notFoundIsRefused = <A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.catchIf(
+        effect,
+        (e): e is Extract<E, { readonly _tag: "NotFound"; readonly message: string }> => e._tag === "NotFound",
+        (e) => refuse(404, e.message)
+      )
+
+    const tenants = (m: Member) => Effect.zipRight(asOperator(m), operator.tenants())
+
+    /**
+     * A tenant as its page shows it: each environment's keys (never a secret), quotas (as stored:
+     * no cell starts for the page) and latest runs.
+     */
+    const tenant = (m: Member, tenantId: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const t = yield* notFoundIsRefused(operator.tenant(tenantId))
+        const environments = yield* Effect.forEach(t.environments, (e) =>
+          Effect.gen(function*() {
+            const name = e.name as EnvironmentName
+            const quotaList = yield* quotas.operatorList(t.id, name).pipe(
+              Effect.map((q) => q.items),
+              Effect.catchTag("NotFound", () => Effect.succeed(null))
+            )
+            return {
+              ...e,
+              keys: yield* operator.keys(t.id, name),
+              quotas: quotaList,
+              runs: yield* operator.recentRuns(t.id, name)
+            }
+          }))
+        return { ...t, environments }
+      })
+
+    /** A run of a cell, the D19 operator read (deleted environments' runs too, until their purge). */
+    const run = (m: Member, tenantId: string, environment: string, runId: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        return yield* notFoundIsRefused(
+          operator.getRun(tenantId, yield* environmentOf(environment), runId).pipe(Effect.provideService(RunStore, runStore))
+        )
+      })
+
+    /** A quota's new limit, through the operator plane's quota service; audited in the cell as the account's. */
+    const setQuota = (m: Member, tenantId: string, environment: string, name: string, limit: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const env = yield* environmentOf(environment)
+        if (!(QUOTA_NAMES as ReadonlyArray<string>).includes(name)) return yield* refuse(404, "There is no such quota.")
+        const n = Number(limit.trim())
+        if (limit.trim() === "" || !Number.isSafeInteger(n) || n < 0) {
+          return yield* refuse(400, "A limit is a whole number from 0 (nothing is admitted).")
+        }
+        const set = yield* notFoundIsRefused(
+          quotas.setLimit(tenantId, env, name as QuotaName, n).pipe(
+            Effect.provideService(UnitOfWork, work)
+          )
+        )
+        yield* auditOperator(m, { tenantId, environment: env }, "setQuota", { type: "quota", id: name })
+        return set
+      })
+
+    const cluster = (m: Member) => Effect.zipRight(asOperator(m), operator.cluster)
+
+    /**
+     * A new signing key of the cell's tool invocations (the operator plane's rotation): the old one
+     * stays published until its tokens expired. Audited in the cell as the account's.
+     */
+    const rotateSigningKey = (m: Member, tenantId: string, environment: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const env = yield* environmentOf(environment)
+        yield* notFoundIsRefused(signing.jwksOf(tenantId, env))
+        const rotated = yield* signing.rotate({ tenantId, environment: env }).pipe(Effect.provideService(UnitOfWork, work))
+        yield* auditOperator(m, { tenantId, environment: env }, "rotateSigningKey", { type: "signing_key", id: rotated.kid })
+        return rotated
+      })
+
     const withDefects = <A, E, R>(effect: Effect.Effect<A, E, R>) => dieOnSqlError(effect)
     return {
       signUp: (input: Parameters<typeof signUp>[0]) => withDefects(signUp(input)),
@@ -588,6 +678,13 @@ export class Console extends Effect.Service<Console>()("Console", {
         withDefects(decideProduction(m, id, decision, reason)),
       reviewConnection: (m: Member, id: string, decision: "approve" | "reject", note: string) =>
         withDefects(reviewConnection(m, id, decision, note)),
+      tenants: (m: Member) => withDefects(tenants(m)),
+      tenant: (m: Member, tenantId: string) => withDefects(tenant(m, tenantId)),
+      run: (m: Member, tenantId: string, environment: string, runId: string) => withDefects(run(m, tenantId, environment, runId)),
+      setQuota: (m: Member, tenantId: string, environment: string, name: string, limit: string) =>
+        withDefects(setQuota(m, tenantId, environment, name, limit)),
+      cluster: (m: Member) => withDefects(cluster(m)),
+      rotateSigningKey: (m: Member, tenantId: string, environment: string) => withDefects(rotateSigningKey(m, tenantId, environment)),
       /** The CSRF token of a session or pre-session cookie value. */
       csrfOf: (cookie: string) => S.sign(signingKey, `csrf:${cookie}`)
     } as const

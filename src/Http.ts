@@ -143,8 +143,18 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default,
-  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools and ProductionRequests (layers are shared by reference)
-  Console.Default.pipe(Layer.provide([Operator.Default, Audit.Default, Secrets.Default, Tools.Default, ProductionRequests.Default]))
+  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools, ProductionRequests, Quotas and SigningKeys (layers are shared by reference)
+  Console.Default.pipe(
+    Layer.provide([
+      Operator.Default,
+      Audit.Default,
+      Secrets.Default,
+      Tools.Default,
+      ProductionRequests.Default,
+      Quotas.Default,
+      SigningKeys.Default
+    ])
+  )
 ).pipe(
   Layer.provideMerge(CellsLive),
   Layer.provideMerge(ClusterLive),

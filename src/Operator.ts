@@ -18,7 +18,7 @@ import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
 import { type Resource, Shares } from "./Kernel/Shares.js"
 import { auditAbout } from "./Kernel/UnitOfWork.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
-import { type CellWeightRow, OperatorRepo, type PilotRow } from "./Operator/Repo.js"
+import { type CellWeightRow, OperatorRepo, type PilotRow, type TenantEnvironmentRow } from "./Operator/Repo.js"
 import { applyWeights } from "./Operator/Weights.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
@@ -28,6 +28,20 @@ import { RunStore, toRun } from "./Runs/RunStore.js"
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
 const toPilot = (r: PilotRow): PilotApplication => ({ ...r, object: "pilot_application", created_at: toIso(r.created_at) })
+
+/** The tenants page's rows, one per environment, as tenants with their environments. */
+const groupTenants = (rows: ReadonlyArray<TenantEnvironmentRow>) => {
+  const tenants = new Map<
+    string,
+    { id: string; name: string; status: string; created_at: Date; environments: Array<{ name: string; state: string }> }
+  >()
+  for (const r of rows) {
+    const t = tenants.get(r.tenant_id) ?? { id: r.tenant_id, name: r.name, status: r.status, created_at: r.created_at, environments: [] }
+    tenants.set(r.tenant_id, t)
+    if (r.environment !== null) t.environments.push({ name: r.environment, state: r.state ?? "unknown" })
+  }
+  return [...tenants.values()]
+}
 
 export class Operator extends Effect.Service<Operator>()("Operator", {
   effect: Effect.gen(function*() {
@@ -212,6 +226,22 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),
       cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e)),
       setCellWeight: (t: string, e: EnvironmentName, weight: number | null) => dieOnSqlError(setCellWeight(t, e, weight)),
+      /** Tenants, newest first (at most `limit`), each with its environments and their states (issue 39). */
+      tenants: (limit = 200) => dieOnSqlError(Effect.map(repo.tenants(limit), groupTenants)),
+      /** One tenant and its environments; 404 for none. */
+      tenant: (tenantId: string) =>
+        dieOnSqlError(Effect.flatMap(
+          repo.tenants(1, tenantId),
+          (rows) => rows.length === 0 ? Effect.fail(notFound("tenant", "tenant_id")) : Effect.succeed(groupTenants(rows)[0]!)
+        )),
+      /** The environment's keys (newest first, the first `limit`): prefix, scopes, status; never a secret (none is kept). */
+      keys: (t: string, e: EnvironmentName, limit = 100) =>
+        dieOnSqlError(Effect.gen(function*() {
+          const at = yield* now
+          return (yield* platform.apiKeys(t, e, undefined, limit)).slice(0, limit).map((r) => Rows.toApiKey(r, at))
+        })),
+      /** The environment's latest runs, with their state and its reason (each one's whole read: getRun). */
+      recentRuns: (t: string, e: EnvironmentName, limit = 20) => dieOnSqlError(repo.recentRuns({ tenantId: t, environment: e }, limit)),
       /**
        * Any run of a cell, for support (D19): deleted environments' runs too, until their purge.
        * 404 for a run of another cell or none.

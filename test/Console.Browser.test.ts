@@ -7,8 +7,10 @@
  * complete. axe-core checks every page (no serious or critical violation) and that nothing is wider
  * than the screen. On the way, the refusals a customer can meet in the browser: a link used twice, a
  * wrong TOTP code, a form whose CSRF token was removed (expired links, another organization's pages
- * and the sign-in limits are in test/Console.Http.test.ts). With CONSOLE_SCREENSHOTS=1 each step is
- * saved to docs/console/*.png.
+ * and the sign-in limits are in test/Console.Http.test.ts). Then the operator console (issue 39) in
+ * its own context: an operator enrols TOTP, approves and rejects a pilot application and a
+ * production request, edits a quota on a tenant's page, opens the cluster; neither console's
+ * session opens the other's pages. With CONSOLE_SCREENSHOTS=1 each step is saved to docs/console/*.png.
  */
 import { AxeBuilder } from "@axe-core/playwright"
 import { describe, expect, it } from "@effect/vitest"
@@ -60,12 +62,12 @@ const browserOf = Effect.acquireRelease(
 )
 
 /** axe on the page (no serious or critical violation), nothing wider than 375 px, and its screenshot. */
-const checked = async (page: Page, name: string) => {
+const checked = async (page: Page, name: string, maxWidth = 375) => {
   const result = await new AxeBuilder({ page }).analyze()
   const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical")
   expect(serious.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`), name).toEqual([])
   const width = await page.evaluate<number>("document.documentElement.scrollWidth")
-  expect(width, `${name} is wider than the screen`).toBeLessThanOrEqual(375)
+  expect(width, `${name} is wider than the screen`).toBeLessThanOrEqual(maxWidth)
   if (SHOTS !== undefined) {
     fs.mkdirSync(SHOTS, { recursive: true })
     await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true })
@@ -81,6 +83,9 @@ const waitFor = async <A>(what: string, find: () => A | undefined, ms = 10_000):
     await new Promise((r) => setTimeout(r, 50))
   }
 }
+
+/** The TOTP key the enrolment page shows, as a secret. */
+const OPERATOR_TOTP = (shown: string | null) => OTPAuth.Secret.fromBase32(shown!.replace(/\s/g, ""))
 
 const EMAIL = "grace@example.test"
 const PASSWORD = "a long and memorable passphrase"
@@ -197,6 +202,98 @@ describe("console in a browser (issue 38)", () => {
           await page.getByRole("link", { name: "Back to your organization" }).click()
           await page.getByText("Onboarding complete").waitFor()
           await checked(page, "13-onboarding-complete")
+
+          // ---- the operator console (issue 39), in its own browser context, 1280 px wide ----
+          const api = async (method: string, url: string, body?: unknown, key = OPERATOR_TOKEN) => {
+            const r = await fetch(`${base}${url}`, {
+              method,
+              headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": crypto.randomUUID() },
+              ...(body === undefined ? {} : { body: JSON.stringify(body) })
+            })
+            return { status: r.status, body: (await r.json()) as Record<string, any> }
+          }
+          const made = await api("POST", "/operator/v1/operator-accounts", { email: "ops@platform.test" })
+          expect(made.status).toBe(201)
+          const opsContext = await browser.newContext({ viewport: { width: 1280, height: 900 } })
+          const ops = await opsContext.newPage()
+          const O = `${base}/operator/console`
+          await ops.goto(`${O}/sign-in`)
+          await checked(ops, "op-01-sign-in", 1280)
+          await ops.getByLabel("Email address").fill("ops@platform.test")
+          await ops.getByLabel("Password").fill(made.body["password"] as string)
+          await ops.getByRole("button", { name: "Sign in" }).click()
+          await ops.getByRole("heading", { name: "Set up two-factor authentication" }).waitFor()
+          const opsKey = OPERATOR_TOTP(await ops.locator("code").first().textContent())
+          await ops.getByLabel(/Six-digit code/).fill(OTPAuth.TOTP.generate({ secret: opsKey }))
+          await ops.getByRole("button", { name: "Turn on two-factor authentication" }).click()
+          await ops.getByRole("heading", { name: "Save your recovery codes" }).waitFor()
+
+          // pilot applications: one approved, one rejected with a reason
+          for (const name of ["Lovelace Ltd", "Babbage Co"]) {
+            expect((await api("POST", "/operator/v1/pilot-applications", { organization_name: name, contact_email: "x@y.test" })).status)
+              .toBe(201)
+          }
+          await ops.goto(`${O}/pilots`)
+          await checked(ops, "op-02-pilots", 1280)
+          await ops.getByRole("button", { name: "Approve Lovelace Ltd" }).click()
+          await ops.getByRole("region", { name: "Lovelace Ltd" }).getByText("approved", { exact: true }).waitFor()
+          await ops.goto(`${O}/pilots`)
+          const babbage = ops.getByRole("region", { name: "Babbage Co" })
+          await babbage.getByLabel("Reason of a rejection").fill("Not a fit yet")
+          await babbage.getByRole("button", { name: "Reject Babbage Co" }).click()
+          await ops.getByText("Not a fit yet").waitFor()
+
+          // production requests: the customer's approved, the pilot's rejected with a reason
+          const pilots = await ops.goto(`${O}/pilots?status=approved`)
+          expect(pilots!.status()).toBe(200)
+          const lovelaceTenant = /<dt>Tenant<\/dt><dd>(ten_\w+)<\/dd>/.exec(
+            await ops.getByRole("region", { name: "Lovelace Ltd" }).innerHTML()
+          )![1]!
+          const requestOf = async (t: string) => {
+            const k = await api("POST", `/operator/v1/tenants/${t}/environments/sandbox/api-keys`, {
+              name: "requester",
+              scopes: ["environments:read", "environments:write"]
+            })
+            const body = { use_case: `Support of ${t}`, expected_monthly_runs: 1000, contact_email: "ops@acme.test" }
+            const r = await api("POST", `/v1/tenants/${t}/environments/sandbox/production-request`, body, k.body["secret"] as string)
+            expect(r.status, JSON.stringify(r.body)).toBe(201)
+          }
+          await requestOf(tenantId)
+          await requestOf(lovelaceTenant)
+          await ops.goto(`${O}/production`)
+          await checked(ops, "op-03-production-requests", 1280)
+          await ops.getByRole("button", { name: `Approve ${tenantId}` }).click()
+          await ops.getByText("1 approved requests.").waitFor()
+          await ops.goto(`${O}/production`)
+          await ops.getByLabel("Reason of a rejection").fill("Too early")
+          await ops.getByRole("button", { name: `Reject ${lovelaceTenant}` }).click()
+          await ops.getByText("Too early").waitFor()
+
+          await ops.goto(`${O}/connections`)
+          await checked(ops, "op-04-connections", 1280)
+
+          // tenants, a tenant's page and its quota edit, the cluster
+          await ops.goto(`${O}/tenants`)
+          await checked(ops, "op-05-tenants", 1280)
+          await ops.getByRole("link", { name: "Hopper Labs" }).click()
+          await ops.getByRole("heading", { name: "Tenant Hopper Labs" }).waitFor()
+          await checked(ops, "op-06-tenant", 1280)
+          expect(await ops.content()).not.toContain(keySecret)
+          await ops.getByLabel("Limit of runs_per_day (sandbox)").fill("42")
+          await ops.getByRole("region", { name: "Environment sandbox" }).getByRole("button", { name: "Set" }).first().click()
+          await ops.getByRole("heading", { name: "Tenant Hopper Labs" }).waitFor()
+          expect(await ops.getByLabel("Limit of runs_per_day (sandbox)").inputValue()).toBe("42")
+          const quotas = await api("GET", `/operator/v1/tenants/${tenantId}/environments/sandbox/quotas`)
+          expect((quotas.body["items"] as Array<{ name: string; limit: number }>).find((q) => q.name === "runs_per_day")!.limit).toBe(42)
+          await ops.goto(`${O}/cluster`)
+          await checked(ops, "op-07-cluster", 1280)
+
+          // a customer's session opens no operator page, an operator's no customer page
+          await page.goto(`${O}/pilots`)
+          expect(new URL(page.url()).pathname).toBe("/operator/console/sign-in")
+          await ops.goto(`${base}/console`)
+          expect(new URL(ops.url()).pathname).toBe("/console/sign-in")
+          await opsContext.close()
           await context.close()
         })
       }).pipe(Effect.provide(makeTestApp({

@@ -162,4 +162,54 @@ describe("operator console over HTTP (issue 39)", () => {
       }).pipe(Effect.provide(makeTestApp(toolSettings()))),
     60_000
   )
+
+  it.live(
+    "tenants and cells: a tenant's keys without secrets and none of another tenant's, quota edit and signing-key rotation audited as the account, the cluster",
+    () =>
+      Effect.gen(function*() {
+        const { accountId, ops } = yield* signedInOperator("ops@platform.test")
+        const acme = yield* provisionSandbox(undefined, "Acme")
+        const bolt = yield* provisionSandbox(undefined, "Bolt")
+        const tenants = yield* ops.get(`${P}/tenants`)
+        expect(tenants.status, tenants.text).toBe(200)
+        expect(tenants.text).toContain(`href="${P}/tenants/${acme.tenantId}">Acme</a>`)
+        expect(tenants.text).toContain("sandbox: ready")
+
+        let page = yield* ops.get(`${P}/tenants/${acme.tenantId}`)
+        expect(page.status, page.text).toBe(200)
+        expect(page.text).toContain(`<code>${acme.key.slice(0, 16)}`)
+        expect(page.text).not.toContain(acme.key)
+        expect(page.text).not.toContain(bolt.key.slice(0, 16))
+        expect(page.text).not.toContain(bolt.tenantId)
+        expect(page.text).toContain("<code>runs_per_day</code>")
+
+        // quota edit: through the operator plane's quota service, audited as the account
+        const at = `${P}/tenants/${acme.tenantId}/environments/sandbox`
+        expect((yield* ops.post(`${at}/quotas/runs_per_day`, { limit: "-1" })).status).toBe(400)
+        expect((yield* ops.post(`${at}/quotas/no_such_quota`, { limit: "1" })).status).toBe(404)
+        const set = yield* ops.post(`${at}/quotas/runs_per_day`, { limit: "7" })
+        expect(set.status, set.text).toBe(303)
+        const quotas = yield* operator("GET", `/tenants/${acme.tenantId}/environments/sandbox/quotas`)
+        expect(quotas.body.items.find((q: { name: string }) => q.name === "runs_per_day").limit).toBe(7)
+        expect((yield* operator("GET", `/tenants/${bolt.tenantId}/environments/sandbox/quotas`)).body.items[0].limit).not.toBe(7)
+        expect(yield* auditedAs(acme.tenantId, "setQuota")).toEqual([{ actor_type: "operator", actor_id: accountId }])
+        page = yield* ops.get(`${P}/tenants/${acme.tenantId}`)
+        expect(page.text).toMatch(/name="limit" type="text" inputmode="numeric" required value="7"/)
+
+        // signing-key rotation: confirmed, audited as the account
+        expect((yield* ops.post(`${at}/signing-keys/rotate`, {})).status).toBe(400)
+        const rotated = yield* ops.post(`${at}/signing-keys/rotate`, { confirm: "yes" })
+        expect(rotated.status, rotated.text).toBe(200)
+        expect(rotated.text).toContain("stays published until")
+        expect(yield* auditedAs(acme.tenantId, "rotateSigningKey")).toEqual([{ actor_type: "operator", actor_id: accountId }])
+
+        // another tenant's run under this tenant's path, and unknown pages: 404
+        expect((yield* ops.get(`${P}/tenants/ten_none`)).status).toBe(404)
+        expect((yield* ops.get(`${at}/runs/run_none`)).status).toBe(404)
+        const cluster = yield* ops.get(`${P}/cluster`)
+        expect(cluster.status, cluster.text).toBe(200)
+        expect(cluster.text).toContain("<caption>Runners</caption>")
+      }).pipe(Effect.provide(makeTestApp())),
+    60_000
+  )
 })

@@ -66,7 +66,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             ))), again)
 
     const nav =
-      `<nav aria-label="Queues"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a></nav>`
+      `<nav aria-label="Operator pages"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a> · <a href="${P}/tenants">Tenants</a> · <a href="${P}/cluster">Cluster</a></nav>`
 
     yield* get(P, (v) => withOperator(v, () => Effect.succeed(redirect(v, `${P}/pilots`))))
 
@@ -190,6 +190,180 @@ ${decisionForms(v, `${P}/connections/${id}/review`, c.name, "note")}</section>`
       })
     yield* get(`${P}/production`, productionPage)
     yield* decisionRoute("production", consoles.decideProduction, productionPage)
+
+    // ---- tenants and cells ----
+
+    const iso = (d: Date | null) =>
+      d === null ? "" : d.toISOString()
+    const table = (caption: string, head: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>) =>
+      rows.length === 0
+        ? `<p>No ${escape(caption.toLowerCase())}.</p>`
+        : `<table><caption>${escape(caption)}</caption><thead><tr>${
+          head.map((h) => `<th scope="col">${escape(h)}</th>`).join("")
+        }</tr></thead>
+<tbody>${
+          rows.map((r) =>
+            `<tr>${r.map((c) => `<td>${c}</td>`).join("")}</tr>`
+          ).join("")
+        }</tbody></table>`
+
+    const tenantsPage: Page = (v, msg) =>
+      withOperator(v, (m) =>
+        Effect.map(consoles.tenants(m), (tenants) =>
+          html(
+            v,
+            msg?.status ?? 200,
+            "Tenants",
+            `${nav}<p>${tenants.length} tenants, newest first.</p>${
+              table(
+                "Tenants",
+                ["Tenant", "Status", "Environments", "Created"],
+                tenants.map((t) => [
+                  `<a href="${P}/tenants/${encodeURIComponent(t.id)}">${escape(t.name)}</a><br><code>${escape(t.id)}</code>`,
+                  escape(t.status),
+                  t.environments.map((e) => `${escape(e.name)}: ${escape(e.state)}`).join("<br>"),
+                  iso(t.created_at)
+                ])
+              )
+            }`,
+            msg?.text
+          )).pipe(Effect.catchTag("Refused", refusedPage(v))))
+    yield* get(`${P}/tenants`, tenantsPage)
+
+    const tenantPage: Page = (v, msg) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(HttpRouter.params, (p) =>
+          Effect.map(consoles.tenant(m, p["id"] ?? ""), (t) => {
+            const base = `${P}/tenants/${encodeURIComponent(t.id)}/environments`
+            const environments = t.environments.map((e) => {
+              const at = `${base}/${encodeURIComponent(e.name)}`
+              const keys = table(
+                `Keys of ${e.name}`,
+                ["Name", "Prefix", "Scopes", "Status", "Created"],
+                e.keys.map((k) => [
+                  escape(k.name),
+                  `<code>${escape(k.prefix)}</code>`,
+                  escape(k.scopes.join(", ")),
+                  escape(k.status),
+                  escape(k.created_at)
+                ])
+              )
+              const quotas = e.quotas === null ? "<p>No quotas: the environment is being deleted.</p>" : table(
+                `Quotas of ${e.name}`,
+                ["Quota", "Used", "Limit", "Resets"],
+                e.quotas.map((q) => {
+                  const field = `limit-${e.name}-${q.name}`
+                  return [
+                    `<code>${escape(q.name)}</code>`,
+                    String(q.used),
+                    `<form method="post" action="${at}/quotas/${q.name}" class="inline">${csrfField(v.csrf)}
+<label for="${field}">Limit of ${escape(q.name)} (${
+                      escape(e.name)
+                    })</label><input id="${field}" name="limit" type="text" inputmode="numeric" required value="${q.limit}">
+<button type="submit">Set</button></form>`,
+                    escape(q.resets_at ?? "")
+                  ]
+                })
+              )
+              const runs = table(
+                `Latest runs of ${e.name}`,
+                ["Run", "State", "Reason", "Created", "Ended"],
+                e.runs.map((r) => [
+                  `<a href="${at}/runs/${encodeURIComponent(r.id)}"><code>${escape(r.id)}</code></a>`,
+                  escape(r.status),
+                  escape(r.status_reason ?? ""),
+                  iso(r.created_at),
+                  iso(r.completed_at)
+                ])
+              )
+              const rotate = `<form method="post" action="${at}/signing-keys/rotate">${csrfField(v.csrf)}
+<input type="checkbox" id="confirm-${e.name}" name="confirm" value="yes" required>
+<label for="confirm-${e.name}" class="check">Rotate the tool-invocation signing key of ${
+                escape(e.name)
+              }: the current key stays published until the tokens it signed expire</label>
+<button type="submit">Rotate the signing key of ${escape(e.name)}</button></form>`
+              return `<section aria-label="Environment ${escape(e.name)}"><h2>${escape(e.name)}: ${escape(e.state)}</h2>
+${keys}${quotas}${runs}<h3>Signing key</h3>${rotate}</section>`
+            }).join("")
+            return html(
+              v,
+              msg?.status ?? 200,
+              `Tenant ${t.name}`,
+              `${nav}<dl><dt>Tenant</dt><dd><code>${escape(t.id)}</code></dd><dt>Status</dt><dd>${escape(t.status)}</dd>
+<dt>Created</dt><dd>${iso(t.created_at)}</dd></dl>${environments}`,
+              msg?.text
+            )
+          }).pipe(Effect.catchTag("Refused", refusedPage(v)))))
+    yield* get(`${P}/tenants/:id`, tenantPage)
+
+    const envParams = Effect.map(HttpRouter.params, (p) => ({ id: p["id"] ?? "", env: p["env"] ?? "", name: p["name"] ?? "" }))
+    yield* post(`${P}/tenants/:id/environments/:env/quotas/:name`, (v, f) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(envParams, ({ env, id, name }) =>
+          Effect.as(
+            consoles.setQuota(m, id, env, name, f["limit"] ?? ""),
+            redirect(v, `${P}/tenants/${encodeURIComponent(id)}`)
+          ))), tenantPage)
+
+    yield* post(`${P}/tenants/:id/environments/:env/signing-keys/rotate`, (v, f) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(envParams, ({ env, id }) =>
+          f["confirm"] !== "yes"
+            ? tenantPage(v, { status: 400, text: "Tick the confirmation to rotate the signing key." })
+            : Effect.map(consoles.rotateSigningKey(m, id, env), (rotated) =>
+              html(
+                v,
+                200,
+                "Signing key rotated",
+                `<p class="note">The ${escape(env)} signing key of <code>${escape(id)}</code> is now <code>${escape(rotated.kid)}</code>.
+The previous key stays published until ${rotated.retired_publish_until.toISOString()}.</p>
+<p><a href="${P}/tenants/${encodeURIComponent(id)}">Back to the tenant</a></p>`
+              )))), tenantPage)
+
+    yield* get(`${P}/tenants/:id/environments/:env/runs/:run`, (v) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(HttpRouter.params, (p) =>
+          Effect.map(consoles.run(m, p["id"] ?? "", p["env"] ?? "", p["run"] ?? ""), (run) =>
+            html(
+              v,
+              200,
+              `Run ${run.id}`,
+              `${nav}<p><a href="${P}/tenants/${encodeURIComponent(p["id"] ?? "")}">Back to the tenant</a></p>${json(run)}`
+            )))).pipe(Effect.catchTag("Refused", refusedPage(v))))
+
+    const clusterPage: Page = (v) =>
+      withOperator(v, (m) =>
+        Effect.map(consoles.cluster(m), (c) =>
+          html(
+            v,
+            200,
+            "Cluster",
+            `${nav}${
+              table(
+                "Runners",
+                ["Address", "Health", "Last heartbeat", "This node"],
+                c.runners.map((r) => [
+                  `<code>${escape(r.address)}</code>`,
+                  r.healthy ? "healthy" : "unhealthy",
+                  escape(r.last_heartbeat),
+                  r.self ? "yes" : ""
+                ])
+              )
+            }${
+              table(
+                "Active cells and the node that owns each",
+                ["Tenant", "Environment", "Node", "Generation", "Since"],
+                c.cells.map((cell) => [
+                  `<a href="${P}/tenants/${encodeURIComponent(cell.tenant_id)}"><code>${escape(cell.tenant_id)}</code></a>`,
+                  escape(cell.environment),
+                  `<code>${escape(cell.runner)}</code>`,
+                  String(cell.generation),
+                  escape(cell.started_at)
+                ])
+              )
+            }`
+          )).pipe(Effect.catchTag("Refused", refusedPage(v))))
+    yield* get(`${P}/cluster`, clusterPage)
   })
 )
 /** `POST /operator/v1/operator-accounts`: an operator's account, its password returned once. */

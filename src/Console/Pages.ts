@@ -36,6 +36,13 @@ img.qr{display:block;width:220px;height:220px;max-width:100%;border:1px solid #d
 dl{display:grid;grid-template-columns:minmax(0,max-content) minmax(0,1fr);gap:.25rem .75rem}
 dt{font-weight:600}
 dd{margin:0;word-break:break-all}
+table{border-collapse:collapse;width:100%;margin:.5rem 0 1rem;font-size:.875rem;background:#fff}
+caption{text-align:left;font-weight:600;padding:.25rem 0}
+th,td{border:1px solid #d0d5dd;padding:.35rem .5rem;text-align:left;vertical-align:top;word-break:break-word}
+form.inline label{font-weight:400;font-size:.75rem;margin:0}
+form.inline input{width:8rem;padding:.3rem}
+form.inline button{margin:.25rem 0 0;padding:.3rem .6rem}
+label.check{display:inline;font-weight:400}
 `
 
 export interface Layout {

@@ -39,6 +39,27 @@ export const CellWeightRow = Schema.Struct({
 })
 export type CellWeightRow = typeof CellWeightRow.Type
 
+/** A tenant's environment as the operator console's tenants page lists it (issue 39). */
+export const TenantEnvironmentRow = Schema.Struct({
+  tenant_id: Schema.String,
+  name: Schema.String,
+  status: Schema.String,
+  created_at: Rows.Time,
+  environment: Schema.NullOr(Schema.String),
+  state: Schema.NullOr(Schema.String)
+})
+export type TenantEnvironmentRow = typeof TenantEnvironmentRow.Type
+
+/** A run as a list of an environment's recent runs shows it: its state and why. */
+export const RecentRunRow = Schema.Struct({
+  id: Schema.String,
+  status: Schema.String,
+  status_reason: Schema.NullOr(Schema.String),
+  created_at: Rows.Time,
+  completed_at: Rows.TimeOrNull
+})
+export type RecentRunRow = typeof RecentRunRow.Type
+
 export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -139,7 +160,26 @@ export class OperatorRepo extends Effect.Service<OperatorRepo>()("OperatorRepo",
     /** Every weight an operator set (a handful of rows: only the cells not at the default). */
     const cellWeights = sql`SELECT tenant_id, environment, weight FROM cell_weights`.pipe(Rows.all(CellWeightRow))
 
+    /**
+     * Tenants (newest first, at most `limit`; `tenantId`: that one only) with each environment and
+     * its state: one row per environment, one with null environment for a tenant without any.
+     */
+    const tenants = (limit: number, tenantId?: string) =>
+      sql`SELECT t.id AS tenant_id, t.name, t.status, t.created_at, e.name AS environment, e.state
+          FROM (SELECT * FROM tenants ${tenantId === undefined ? sql`` : sql`WHERE id = ${tenantId}`}
+                ORDER BY created_at DESC, id LIMIT ${limit}) t
+          LEFT JOIN environments e ON e.tenant_id = t.id
+          ORDER BY t.created_at DESC, t.id, e.name`.pipe(Rows.all(TenantEnvironmentRow))
+
+    /** The environment's latest runs (at most `limit`), newest first. */
+    const recentRuns = (cell: CellRef, limit: number) =>
+      sql`SELECT id, status, status_reason, created_at, completed_at FROM runs
+          WHERE tenant_id = ${cell.tenantId} AND environment = ${cell.environment}
+          ORDER BY created_at DESC, id DESC LIMIT ${limit}`.pipe(Rows.all(RecentRunRow))
+
     return {
+      tenants,
+      recentRuns,
       setCellWeight,
       cellWeights,
       insertPilot,
