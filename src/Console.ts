@@ -32,6 +32,7 @@ import { Quotas } from "./Quotas.js"
 import { RunStore } from "./Runs/RunStore.js"
 import { Tools } from "./Tools.js"
 import { SigningKeys } from "./Tools/Signing.js"
+import { Webhooks } from "./Webhooks.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
 export class Refused extends Data.TaggedError("Refused")<{ readonly status: number; readonly message: string }> {}
@@ -82,6 +83,7 @@ export class Console extends Effect.Service<Console>()("Console", {
     const productionRequests = yield* ProductionRequests
     const quotas = yield* Quotas
     const signing = yield* SigningKeys
+    const webhooks = yield* Webhooks
     const runStore = yield* RunStore
     // the console's requests are no operator-plane requests: the approval's `about` has no audit
     // entry of the edge's to name (this service writes its own)
@@ -635,6 +637,32 @@ export class Console extends Effect.Service<Console>()("Console", {
     const cluster = (m: Member) => Effect.zipRight(asOperator(m), operator.cluster)
 
     /**
+     * Metrics at a glance (issue 39): each active cell (the first 50 of the cluster view) with its
+     * runs and streams now (from the cell, wherever it runs) and what it got of this node's shares
+     * since the node started (work granted, database waits); every environment's webhook backlog.
+     */
+    const metrics = (m: Member) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const view = yield* operator.cluster
+        const cells = yield* Effect.forEach(
+          view.cells.slice(0, 50),
+          (cell) =>
+            operator.cellStats(cell.tenant_id, cell.environment as EnvironmentName).pipe(
+              Effect.map((stats) => ({ tenant_id: cell.tenant_id, environment: cell.environment, runner: cell.runner, ...stats })),
+              // deleted under the page: not shown
+              Effect.catchAll(() => Effect.succeed(undefined))
+            ),
+          { concurrency: 8 }
+        )
+        return {
+          cells: cells.filter((c) => c !== undefined),
+          backlog: yield* webhooks.backlog(20),
+          uptimeSeconds: Math.max(1, process.uptime())
+        }
+      })
+
+    /**
      * A new signing key of the cell's tool invocations (the operator plane's rotation): the old one
      * stays published until its tokens expired. Audited in the cell as the account's.
      */
@@ -684,6 +712,7 @@ export class Console extends Effect.Service<Console>()("Console", {
       setQuota: (m: Member, tenantId: string, environment: string, name: string, limit: string) =>
         withDefects(setQuota(m, tenantId, environment, name, limit)),
       cluster: (m: Member) => withDefects(cluster(m)),
+      metrics: (m: Member) => withDefects(metrics(m)),
       rotateSigningKey: (m: Member, tenantId: string, environment: string) => withDefects(rotateSigningKey(m, tenantId, environment)),
       /** The CSRF token of a session or pre-session cookie value. */
       csrfOf: (cookie: string) => S.sign(signingKey, `csrf:${cookie}`)

@@ -143,7 +143,7 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default,
-  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools, ProductionRequests, Quotas and SigningKeys (layers are shared by reference)
+  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools, ProductionRequests, Quotas, SigningKeys and Webhooks (layers are shared by reference)
   Console.Default.pipe(
     Layer.provide([
       Operator.Default,
@@ -152,7 +152,8 @@ export const ServicesLive = Layer.mergeAll(
       Tools.Default,
       ProductionRequests.Default,
       Quotas.Default,
-      SigningKeys.Default
+      SigningKeys.Default,
+      Webhooks.Default
     ])
   )
 ).pipe(

@@ -144,7 +144,9 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
       rotateSecret: (p: CellRef, id: string) => dieOnSqlError(rotateSecret(p, id)),
       listDeliveries: (p: Principal, params: DeliveryListParams) => dieOnSqlError(listDeliveries(p, params)),
       getDelivery: (p: CellRef, id: string) => dieOnSqlError(getDelivery(p, id)),
-      replay: (p: Gated<CellRef>, id: string) => dieOnSqlError(replay(p, id))
+      replay: (p: Gated<CellRef>, id: string) => dieOnSqlError(replay(p, id)),
+      /** Every environment's deliveries waiting to be sent (the most first): the operators' backlog. */
+      backlog: (limit = 50) => dieOnSqlError(repo.backlog(limit))
     } as const
   }),
   dependencies: [WebhooksRepo.Default, Secrets.Default, Destinations.Default]

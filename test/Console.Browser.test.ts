@@ -287,6 +287,9 @@ describe("console in a browser (issue 38)", () => {
           expect((quotas.body["items"] as Array<{ name: string; limit: number }>).find((q) => q.name === "runs_per_day")!.limit).toBe(42)
           await ops.goto(`${O}/cluster`)
           await checked(ops, "op-07-cluster", 1280)
+          await ops.goto(`${O}/metrics`)
+          await ops.getByRole("img", { name: /^Active runs per cell/ }).waitFor()
+          await checked(ops, "op-08-metrics", 1280)
 
           // a customer's session opens no operator page, an operator's no customer page
           await page.goto(`${O}/pilots`)

@@ -164,7 +164,7 @@ describe("operator console over HTTP (issue 39)", () => {
   )
 
   it.live(
-    "tenants and cells: a tenant's keys without secrets and none of another tenant's, quota edit and signing-key rotation audited as the account, the cluster",
+    "tenants and cells: a tenant's keys without secrets and none of another tenant's, quota edit and signing-key rotation audited as the account, the cluster, the metrics",
     () =>
       Effect.gen(function*() {
         const { accountId, ops } = yield* signedInOperator("ops@platform.test")
@@ -209,6 +209,18 @@ describe("operator console over HTTP (issue 39)", () => {
         const cluster = yield* ops.get(`${P}/cluster`)
         expect(cluster.status, cluster.text).toBe(200)
         expect(cluster.text).toContain("<caption>Runners</caption>")
+
+        // metrics at a glance: the active cells drawn (an SVG with its figures in words) and listed
+        const listed = yield* request("GET", `/v1/tenants/${acme.tenantId}/environments/sandbox/workspaces`, { key: acme.key })
+        expect(listed.status).toBeLessThan(500) // admitted by acme's cell (started by it), whatever the key's scopes
+        const metrics = yield* ops.get(`${P}/metrics`)
+        expect(metrics.status, metrics.text).toBe(200)
+        expect(metrics.text).toMatch(
+          new RegExp(`<svg role="img" aria-label="Active runs per cell \\(executing or parked\\): [^"]*${acme.tenantId}/sandbox 0 runs`)
+        )
+        expect(metrics.text).toContain("<caption>Cells</caption>")
+        expect(metrics.text).toContain(`<code>${acme.tenantId}</code>`)
+        expect(metrics.text).toContain("Webhook deliveries waiting to be sent: nothing yet.")
       }).pipe(Effect.provide(makeTestApp())),
     60_000
   )

@@ -66,7 +66,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             ))), again)
 
     const nav =
-      `<nav aria-label="Operator pages"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a> · <a href="${P}/tenants">Tenants</a> · <a href="${P}/cluster">Cluster</a></nav>`
+      `<nav aria-label="Operator pages"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a> · <a href="${P}/tenants">Tenants</a> · <a href="${P}/cluster">Cluster</a> · <a href="${P}/metrics">Metrics</a></nav>`
 
     yield* get(P, (v) => withOperator(v, () => Effect.succeed(redirect(v, `${P}/pilots`))))
 
@@ -364,6 +364,96 @@ The previous key stays published until ${rotated.retired_publish_until.toISOStri
             }`
           )).pipe(Effect.catchTag("Refused", refusedPage(v))))
     yield* get(`${P}/cluster`, clusterPage)
+
+    // ---- metrics at a glance ----
+
+    const figure = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(n < 10 ? 2 : 1))
+    /**
+     * A horizontal bar chart drawn on the server (inline SVG: the pages load no script), one bar per
+     * item with its figure written beside it; the table after the charts has the same figures.
+     */
+    const bars = (title: string, unit: string, items: ReadonlyArray<{ readonly label: string; readonly value: number }>) => {
+      if (items.length === 0) {
+        return `<p>${escape(title)}: nothing yet.</p>`
+      }
+      const max = Math.max(
+        ...items.map((i) =>
+          i.value
+        ),
+        Number.MIN_VALUE
+      )
+      const row = 22
+      const labelWidth = 320
+      const barWidth = 250
+      const width = labelWidth + barWidth + 120
+      const drawn = items.map((item, k) => {
+        const w = Math.round((item.value / max) * barWidth)
+        const y = 4 + k * row
+        return `<text x="0" y="${y + 14}" font-size="12">${escape(item.label)}</text>` +
+          `<rect x="${labelWidth}" y="${y + 2}" width="${Math.max(w, 1)}" height="14" fill="#1f4e8c"></rect>` +
+          `<text x="${labelWidth + w + 6}" y="${y + 14}" font-size="12">${escape(`${figure(item.value)} ${unit}`)}</text>`
+      }).join("")
+      return `<figure><figcaption>${escape(title)}</figcaption><svg role="img" aria-label="${
+        escape(`${title}: ${items.map((i) => `${i.label} ${figure(i.value)} ${unit}`).join(", ")}`)
+      }" viewBox="0 0 ${width} ${items.length * row + 8}" width="100%">${drawn}</svg></figure>`
+    }
+
+    const metricsPage: Page = (v) =>
+      withOperator(v, (m) =>
+        Effect.map(consoles.metrics(m), ({ backlog, cells, uptimeSeconds }) => {
+          const label = (c: { readonly tenant_id: string; readonly environment: string }) =>
+            `${c.tenant_id}/${c.environment}`
+          const rows = cells.map((c) => {
+            const steps = c.share.resources.steps
+            const db = c.share.resources.db
+            return {
+              cell: c,
+              activeRuns: c.running_actors + c.parked_runs,
+              stepsPerSecond: steps.grants / uptimeSeconds,
+              dbWaitMillis: db.grants === 0 ? 0 : (db.waited_seconds * 1000) / db.grants
+            }
+          })
+          return html(
+            v,
+            200,
+            "Metrics at a glance",
+            `${nav}<p>Active cells with their runs now (from each cell, wherever it runs); the work and waits are this node's since it started ${
+              escape(figure(uptimeSeconds / 60))
+            } minutes ago (every node has its own: see <code>/metrics</code>).</p>${
+              bars("Active runs per cell (executing or parked)", "runs", rows.map((r) => ({ label: label(r.cell), value: r.activeRuns })))
+            }${
+              bars("Work granted per cell on this node", "steps/s", rows.map((r) => ({ label: label(r.cell), value: r.stepsPerSecond })))
+            }${
+              bars(
+                "Mean wait for a database connection on this node",
+                "ms",
+                rows.map((r) => ({ label: label(r.cell), value: r.dbWaitMillis }))
+              )
+            }${bars("Webhook deliveries waiting to be sent", "pending", backlog.map((b) => ({ label: label(b), value: b.pending })))}${
+              table(
+                "Cells",
+                ["Tenant", "Environment", "Node", "Runs executing", "Runs parked", "Streams", "Steps/s here", "Mean DB wait here"],
+                rows.map((r) => [
+                  `<a href="${P}/tenants/${encodeURIComponent(r.cell.tenant_id)}"><code>${escape(r.cell.tenant_id)}</code></a>`,
+                  escape(r.cell.environment),
+                  `<code>${escape(r.cell.runner)}</code>`,
+                  String(r.cell.running_actors),
+                  String(r.cell.parked_runs),
+                  String(r.cell.streams),
+                  figure(r.stepsPerSecond),
+                  `${figure(r.dbWaitMillis)} ms`
+                ])
+              )
+            }${
+              table(
+                "Webhook backlog",
+                ["Tenant", "Environment", "Pending deliveries", "Oldest due"],
+                backlog.map((b) => [`<code>${escape(b.tenant_id)}</code>`, escape(b.environment), String(b.pending), iso(b.oldest_due)])
+              )
+            }`
+          )
+        }).pipe(Effect.catchTag("Refused", refusedPage(v))))
+    yield* get(`${P}/metrics`, metricsPage)
   })
 )
 /** `POST /operator/v1/operator-accounts`: an operator's account, its password returned once. */

@@ -98,6 +98,15 @@ export const UNKNOWN_OUTCOME = "outcome unknown: the process sending this attemp
 const ENDPOINT_COLUMNS = `id, tenant_id, environment, url, description, event_types, enabled, previous_secret_expires_at,
                           created_at, updated_at`
 
+/** An environment's webhook deliveries waiting to be sent. */
+export const BacklogRow = Schema.Struct({
+  tenant_id: Schema.String,
+  environment: Schema.String,
+  pending: Schema.Number,
+  oldest_due: Rows.TimeOrNull
+})
+export type BacklogRow = typeof BacklogRow.Type
+
 export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -343,7 +352,19 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("WebhooksRepo",
         Effect.map((r) => r.due ?? undefined)
       )
 
+    /**
+     * The deliveries waiting to be sent, per environment (the most first, at most `limit`), and
+     * when the oldest became due: the operator console's backlog (issue 39).
+     */
+    const backlog = (limit: number) =>
+      sql`SELECT tenant_id, environment, count(*)::int AS pending, min(next_attempt_at) AS oldest_due
+          FROM webhook_deliveries WHERE status = 'pending'
+          GROUP BY tenant_id, environment ORDER BY pending DESC, tenant_id, environment LIMIT ${limit}`.pipe(
+        Rows.all(BacklogRow)
+      )
+
     return {
+      backlog,
       insertEndpoint,
       endpoint,
       endpoints,
