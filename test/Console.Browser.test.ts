@@ -26,7 +26,10 @@ import { defaultConsoleConfig } from "../src/Config/AppConfig.js"
 import { makeTestApp, OPERATOR_TOKEN, TestApp } from "./support/App.js"
 import { CHROMIUM, CHROMIUM_ARGS } from "./support/Chromium.js"
 import { quickstartRun } from "./support/Console.js"
+import { TOOL_SCOPES } from "./support/Sandboxes.js"
 import { freePort } from "./support/Server.js"
+import { connectionBody } from "./support/ToolHost.js"
+import { toolSettings } from "./support/ToolSandbox.js"
 
 const SHOTS = process.env["CONSOLE_SCREENSHOTS"] === "1"
   ? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../docs/console")
@@ -269,8 +272,39 @@ describe("console in a browser (issue 38)", () => {
           await ops.getByRole("button", { name: `Reject ${lovelaceTenant}` }).click()
           await ops.getByText("Too early").waitFor()
 
+          // connections pending review: one approved, one rejected with a reason
+          const manager = await api("POST", `/operator/v1/tenants/${tenantId}/environments/sandbox/api-keys`, {
+            name: "manager",
+            scopes: TOOL_SCOPES
+          })
+          const connections: Record<string, string> = {}
+          for (const name of ["Orders", "Refunds"]) {
+            const r = await api(
+              "POST",
+              `/v1/tenants/${tenantId}/environments/sandbox/connections`,
+              { ...connectionBody("https://127.0.0.1:9"), name },
+              manager.body["secret"] as string
+            )
+            expect(r.status, JSON.stringify(r.body)).toBe(201)
+            connections[name] = r.body["data"]["id"] as string
+          }
           await ops.goto(`${O}/connections`)
+          await ops.getByText("2 pending review.").waitFor()
           await checked(ops, "op-04-connections", 1280)
+          await ops.getByRole("button", { name: "Approve Orders" }).click()
+          await ops.getByText("1 pending review.").waitFor()
+          const refunds = ops.getByRole("region", { name: "Refunds" })
+          await refunds.getByLabel("Reason of a rejection").fill("Refunds need a limit")
+          await refunds.getByRole("button", { name: "Reject Refunds" }).click()
+          await ops.getByText("0 pending review.").waitFor()
+          const statusOf = async (name: string) =>
+            (await api(
+              "GET",
+              `/v1/tenants/${tenantId}/environments/sandbox/connections/${connections[name]}`,
+              undefined,
+              manager.body["secret"] as string
+            )).body["data"]["status"]
+          expect([await statusOf("Orders"), await statusOf("Refunds")]).toEqual(["active", "rejected"])
 
           // tenants, a tenant's page and its quota edit, the cluster
           await ops.goto(`${O}/tenants`)
@@ -300,6 +334,7 @@ describe("console in a browser (issue 38)", () => {
           await context.close()
         })
       }).pipe(Effect.provide(makeTestApp({
+        ...toolSettings(),
         console: { ...defaultConsoleConfig, smtpUrl: Option.some(Redacted.make(`smtp://127.0.0.1:${mail.port}`)) }
       })))
     })), 90_000)
