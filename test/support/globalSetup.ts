@@ -3,7 +3,7 @@
  * temp dir (world-traversable so the `postgres` user can reach it when the suite runs as root).
  * Each test app creates its own database on it (see App.ts).
  */
-import { Effect, Exit, Redacted, Scope } from "effect"
+import { Cause, Effect, Exit, Redacted, Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -28,7 +28,14 @@ export async function setup(project: TestProject) {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), "agent-platform-test-"))
   fs.chmodSync(dir, 0o755)
   scope = Effect.runSync(Scope.make())
-  const pg = await Effect.runPromise(Scope.extend(Embedded.start({ dataDir: path.join(dir, "pg"), database: "postgres" }), scope))
+  const pg = await Effect.runPromise(
+    Scope.extend(Embedded.start({ dataDir: path.join(dir, "pg"), database: "postgres" }), scope).pipe(
+      // the cause in plain words before vitest's own report (which may show only that setup failed)
+      Effect.tapErrorCause((cause) =>
+        Effect.sync(() => console.error(`\nThe tests' embedded Postgres did not start: ${Cause.pretty(cause)}\n`))
+      )
+    )
+  )
   project.provide("databaseUrl", Redacted.value(pg.url))
 }
 
