@@ -419,6 +419,8 @@ describe("users", () => {
 
         // The bystander is untouched.
         expect(expectSingle(yield* request("GET", other.P, { key: other.key })).state).toBe("ready")
-      }).pipe(Effect.provide(makeTestApp()))
+        // (sweeps every hour: the purge is due after PURGE_DELAY_SECONDS, 1 h; at the default
+        // minute, moving TestClock by 24 h ran 1,440 passes of each sweep, most of the test's time)
+      }).pipe(Effect.provide(makeTestApp({ sweepIntervalSeconds: 3600 })))
     }), { timeout: 180_000 })
 })
