@@ -12,6 +12,7 @@ import { makeTestApp, TestApp } from "./support/App.js"
 import { readSse } from "./support/Client.js"
 import { freshDatabase, pg } from "./support/Database.js"
 import { scriptedSandbox } from "./support/Sandboxes.js"
+import { eventually } from "./support/Waiting.js"
 
 interface Note {
   readonly run_id: string
@@ -53,7 +54,12 @@ describe("run event notifications", () => {
         expect(res.status, res.text).toBe(200)
         expect(res.body.data.status).toBe("succeeded")
         const runId = res.body.data.id as string
-        const mine = notices.filter((n) => n.some((e) => e.run_id === runId))
+        // the test's own LISTEN connection may get the last notification after the service's
+        // listener (which answered the wait): it is awaited, not read at once
+        const mine = yield* eventually(
+          Effect.sync(() => notices.filter((n) => n.some((e) => e.run_id === runId))),
+          (ns) => ns.length >= 2
+        )
         expect(mine.map((n) => n.map((e) => [e.sequence, e.event?.type]))).toEqual([
           [[1, "run.queued"]],
           [[2, "run.started"], [3, "run.message"], [4, "run.succeeded"]]
