@@ -14,6 +14,7 @@ import type { CellShare, PilotApplication } from "./Domain/Operator.js"
 import type { CreatedApiKey } from "./Domain/Platform.js"
 import { conflict, invalid, notFound } from "./Kernel/Errors.js"
 import { type EnvironmentName, makeId, toIso } from "./Kernel/Ids.js"
+import type { CellRef } from "./Kernel/Principal.js"
 import { isScope, QUICKSTART_SCOPES, type Scope } from "./Kernel/Scopes.js"
 import { type Resource, Shares } from "./Kernel/Shares.js"
 import { auditAbout } from "./Kernel/UnitOfWork.js"
@@ -99,15 +100,26 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       }
     }
 
-    /** What the environment's cell holds now, and its share of this node. 404 for an unknown environment. */
-    const cellStats = (t: string, e: EnvironmentName) =>
+    /** What the environment's cell holds now, and its share of this node (`weights`: the operator's). */
+    const statsOf = (t: string, e: EnvironmentName, weights: ReadonlyArray<CellWeightRow>) =>
       Effect.gen(function*() {
         const env = yield* platform.liveEnvironment(t, e)
         // a cell that is not running holds nothing; asking does not start it (a start bumps its generation)
         const running = yield* cells.sendIfRunning({ tenantId: t, environment: e }, new GetCellStats())
         const stats = Option.getOrElse(running, () => ({ generation: env.cell_generation, running_actors: 0, parked_runs: 0, streams: 0 }))
-        return { ...stats, share: shareOf(t, e, yield* repo.cellWeights) }
+        return { ...stats, share: shareOf(t, e, weights) }
       })
+
+    /** What the environment's cell holds now, and its share of this node. 404 for an unknown environment. */
+    const cellStats = (t: string, e: EnvironmentName) => Effect.flatMap(repo.cellWeights, (weights) => statsOf(t, e, weights))
+
+    /** `cellStats` of each cell (the weights read once); a cell whose environment is gone is left out. */
+    const cellsStats = <C extends CellRef>(refs: ReadonlyArray<C>) =>
+      Effect.flatMap(repo.cellWeights, (weights) =>
+        Effect.map(
+          Effect.forEach(refs, (r) => Effect.option(statsOf(r.tenantId, r.environment, weights)), { concurrency: 8 }),
+          (all) => all.flatMap((stats, i) => Option.isSome(stats) ? [{ ...refs[i]!, ...stats.value }] : [])
+        ))
 
     /**
      * Sets a cell's weight (null: back to CELL_WEIGHTS or 1): stored for every node (they read it
@@ -225,6 +237,7 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
       /** The environment's quickstart ids (made now for an environment provisioned before quickstarts). */
       getQuickstart: (t: string, e: EnvironmentName) => quickstarts.ensure(t, e),
       cellStats: (t: string, e: EnvironmentName) => dieOnSqlError(cellStats(t, e)),
+      cellsStats: <C extends CellRef>(refs: ReadonlyArray<C>) => dieOnSqlError(cellsStats(refs)),
       setCellWeight: (t: string, e: EnvironmentName, weight: number | null) => dieOnSqlError(setCellWeight(t, e, weight)),
       /** Tenants, newest first (at most `limit`), each with its environments and their states (issue 39). */
       tenants: (limit = 200) => dieOnSqlError(Effect.map(repo.tenants(limit), groupTenants)),

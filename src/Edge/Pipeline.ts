@@ -521,12 +521,7 @@ const served = <R>(
   tenant: string | undefined
 ) =>
   Effect.gen(function*() {
-    const state: RequestState = {
-      requestId: requestIdOf(request.headers["x-request-id"]),
-      startedAt: Date.now(),
-      headers: {},
-      principal: undefined
-    }
+    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
     // The request's span (when tracing) carries the id its log lines and answer carry, and names
     // its operation, route template and tenant (never a raw path's ids).
     yield* annotateSpan(spanAttributes(state.requestId, operation, tenant))

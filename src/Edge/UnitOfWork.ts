@@ -19,8 +19,6 @@ import type { Gate } from "./Idempotency.js"
 
 export interface RequestState {
   readonly requestId: string
-  /** when the request started (`Date.now()`): its calls to cells give up within the send timeout of it */
-  readonly startedAt: number
   /** headers the pipeline adds to the final response (Location, Retry-After, RateLimit...) */
   readonly headers: Record<string, string>
   /** set by the pipeline once the service key is authenticated */
@@ -39,12 +37,12 @@ export interface RequestState {
 
 const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
 
-/** Runs `effect` as the work of the request of `state`. */
+/** Runs `effect` as the work of the request of `state`, which starts now (its cell calls' deadline counts from here). */
 export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   effect.pipe(
     Effect.locally(currentState, state),
     Effect.locally(currentRequestId, state.requestId),
-    Effect.locally(currentRequestStartedAt, state.startedAt)
+    Effect.locally(currentRequestStartedAt, Date.now())
   )
 
 /** The state of the request the calling fiber serves (undefined outside one). */
