@@ -5,6 +5,7 @@
  * approval and executed once, revocation re-checked at approval, denials, and ambiguous writes
  * reconciled, never replayed.
  */
+import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { makeTestApp } from "./support/App.js"
@@ -213,6 +214,32 @@ describe("tool runs", () => {
       ])
       expect(s.host.refunds.size).toBe(0)
     }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings()))), 30_000)
+
+  it.live(
+    "a write applied after the platform gave up on its answer: not_found is not final until the write's token expired, whose life began at the dispatch's commit",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* toolHostSandbox(REFUND)
+        // the tool commits 3 s after the write arrived; the platform's answer times out at 2 s,
+        // and reconciliation (asked every second) says not_found until then
+        s.host.knobs.afterWrite = "late"
+        const run = yield* s.startRun
+        yield* s.decide(run.id)
+        const done = yield* s.waitFor(run.id, TERMINAL)
+        expect(done.status).toBe("succeeded")
+        expect(s.host.refunds.size).toBe(1)
+        const completed = yield* s.toolEvent(run.id, "run.tool_call.completed")
+        expect(completed.data.output).toEqual([...s.host.refunds.values()][0])
+        const write = s.host.calls.find((c) => c.path === "/refunds")!
+        expect(s.host.calls.filter((c) => c.path.startsWith("/refunds/operations/")).length).toBeGreaterThan(1)
+        // the write's token lives from the commit of its operation, not from its signing
+        const sql = yield* SqlClient.SqlClient
+        const [op] = yield* sql<{ created_at: Date }>`SELECT created_at FROM tool_operations WHERE id = ${write.operationId!}`
+        expect(write.claims.iat).toBe(Math.floor(op!.created_at.getTime() / 1000))
+        expect(write.claims.exp - write.claims.iat).toBe(5)
+      }).pipe(Effect.scoped, Effect.provide(makeTestApp(toolSettings({ tokenSeconds: 5, clockToleranceSeconds: 1 })))),
+    30_000
+  )
 
   it.live(
     "no answer and no reconciliation: outcome_unknown (never rerun); a later reconciliation adds run.reconciled",

@@ -285,6 +285,11 @@ export interface ToolConfig {
   readonly reconcilePollSeconds: number
   /** a write left `outcome_unknown` is reconciled again in the background this often */
   readonly reconcileRetrySeconds: number
+  /**
+   * The clock tolerance customer tools are assumed to check `exp` with (the ToolServer kit's: 5 s)
+   * plus the skew between nodes: a write's `not_found` is final only this long after its token expired.
+   */
+  readonly clockToleranceSeconds: number
 }
 
 export interface RunConfig {
@@ -391,7 +396,8 @@ export const defaultToolConfig: ToolConfig = {
   destinationAllowlist: "",
   requestTimeoutSeconds: 30,
   reconcilePollSeconds: 5,
-  reconcileRetrySeconds: 60
+  reconcileRetrySeconds: 60,
+  clockToleranceSeconds: 10
 }
 
 export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShape>() {
@@ -492,7 +498,8 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       destinationAllowlist: Config.string("DESTINATION_ALLOWLIST").pipe(Config.withDefault("")),
       requestTimeoutSeconds: bounded("TOOL_REQUEST_TIMEOUT_SECONDS", 30, 300),
       reconcilePollSeconds: bounded("RECONCILE_POLL_SECONDS", 5, 300),
-      reconcileRetrySeconds: bounded("RECONCILE_RETRY_SECONDS", 60, 86_400)
+      reconcileRetrySeconds: bounded("RECONCILE_RETRY_SECONDS", 60, 86_400),
+      clockToleranceSeconds: bounded("TOOL_CLOCK_TOLERANCE_SECONDS", 10, 300)
     }),
     edge: Config.all({
       bodyLimitBytes: bounded("REQUEST_BODY_LIMIT_BYTES", 1024 * 1024, 1024 * 1024),

@@ -16,7 +16,7 @@ import { RunStore } from "../Runs/RunStore.js"
 import { reconciliationUrl, Tools } from "../Tools.js"
 import { Invoker } from "../Tools/Invoker.js"
 import { OperationsRepo } from "../Tools/OperationsRepo.js"
-import { actorOf, reconcileOnce } from "./ToolCalls.js"
+import { actorOf, deliveriesEndBy, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
   const operations = yield* OperationsRepo
@@ -43,7 +43,8 @@ export const reconcileDue = Effect.gen(function*() {
         runId: op.run_id,
         toolId: op.tool_id
       },
-      op.id
+      op.id,
+      deliveriesEndBy(config, op.created_at)
     )
     const at = new Date(yield* Clock.currentTimeMillis)
     if (answer._tag !== "Settled") {

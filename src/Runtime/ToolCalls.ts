@@ -124,17 +124,18 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     }
     const url = joinUrl(tool.base_url, tool.path)
     const body = JSON.stringify(call.input)
-    const context = (operationId: string): CallContext => ({
+    const context = (operationId: string, issuedAt?: Date): CallContext => ({
       cell: { tenantId: row.tenant_id, environment: row.environment },
       actor: actorOf(row),
       operationId,
       cellGeneration: env.cellGeneration,
       runId: row.id,
-      toolId: tool.id
+      toolId: tool.id,
+      ...(issuedAt === undefined ? {} : { issuedAt })
     })
     /** The invocation of the customer's tool: a `tool.call` span with its outcome. */
-    const dispatch = (operationId: string) =>
-      invoker.invoke(url, body, context(operationId)).pipe(
+    const dispatch = (operationId: string, issuedAt?: Date) =>
+      invoker.invoke(url, body, context(operationId, issuedAt)).pipe(
         Effect.tap(annotateOutcome),
         traced("tool.call", {
           attributes: {
@@ -245,6 +246,8 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
 
     // ---- an approved write: exactly once ---------------------------------------------------
     let operation = yield* operations.operationFor(row.id, call.call_id)
+    /** this actor's own delivery of the write was answered: no delivery of it is still under way */
+    let deliveriesOver = false
     if (operation === undefined) {
       const ending = yield* env.unauthorized
       if (ending !== undefined) {
@@ -268,9 +271,10 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       })
       if (!dispatched) return "stop" as Next
       // The call and the record of its answer are one uninterruptible step: a cancel (or a
-      // budget) arriving meanwhile waits for it, and does not undo it.
+      // budget) arriving meanwhile waits for it, and does not undo it. Its token lives from the
+      // commit above (`at`), not from when it is signed (see InvocationClaims.issuedAt).
       const answered = yield* Effect.uninterruptible(Effect.gen(function*() {
-        const outcome = yield* dispatch(operationId)
+        const outcome = yield* dispatch(operationId, at)
         if (outcome._tag === "Ambiguous") return outcome
         const settledAt = yield* now
         return yield* settle(outcome, (ok, output, error) =>
@@ -281,12 +285,14 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       }
       const outcome = answered
       yield* Effect.logWarning("write outcome ambiguous; reconciling", { operation_id: operationId, message: outcome.message })
+      deliveriesOver = outcome.answered
       operation = {
         ...record,
         status: "dispatched",
         output: null,
         attempts: 1,
-        next_reconcile_at: null
+        next_reconcile_at: null,
+        created_at: at
       }
     }
     if (operation.status !== "dispatched") {
@@ -298,9 +304,12 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
       return yield* loseOutcome(env, operation, "no reconciliation path")
     }
     const reconcileUrl = reconciliationUrl(tool.base_url, tool.reconciliation_path, operation.id)
+    // A delivery still under way (this actor's timed out; or a previous owner's, dispatched before
+    // it stalled or died) may yet be applied: until its token expired, `not_found` is not final.
+    const notFoundFinalAt = deliveriesOver ? 0 : deliveriesEndBy(config, operation.created_at)
     let failures = 0
     while (true) {
-      const answer = yield* reconcileOnce(invoker, reconcileUrl, context(operation.id), operation.id)
+      const answer = yield* reconcileOnce(invoker, reconcileUrl, context(operation.id), operation.id, notFoundFinalAt)
       if (answer._tag === "Settled") {
         const settledAt = yield* now
         const opId = operation.id
@@ -325,26 +334,41 @@ export const resolve = (env: ToolCallEnv, call: ProposedCall) =>
     }
   })
 
+/**
+ * When no delivery of a write dispatched at `dispatchedAt` can be accepted any more: its token
+ * (`iat` = the dispatch's commit) expired, with the customer's clock tolerance and the nodes' skew.
+ */
+export const deliveriesEndBy = (
+  config: { readonly tools: { readonly tokenSeconds: number; readonly clockToleranceSeconds: number } },
+  dispatchedAt: Date
+) => dispatchedAt.getTime() + (config.tools.tokenSeconds + config.tools.clockToleranceSeconds) * 1000
+
 type Reconciled =
   | { readonly _tag: "Settled"; readonly status: "succeeded" | "failed" | "not_found"; readonly output: unknown }
   | { readonly _tag: "Pending" }
   | { readonly _tag: "Unknown"; readonly message: string }
 
-/** One signed call of the reconciliation path, read per contract 2.3. */
+/**
+ * One signed call of the reconciliation path, read per contract 2.3. `not_found` before
+ * `notFoundFinalAt` (epoch ms, deliveriesEndBy) is `Pending`: a delivery still under way may apply it.
+ */
 export const reconcileOnce = (
   invoker: Invoker,
   url: string,
   context: CallContext,
-  operationId: string
+  operationId: string,
+  notFoundFinalAt: number
 ): Effect.Effect<Reconciled> =>
-  Effect.map(invoker.reconcile(url, context).pipe(Effect.tap(annotateOutcome)), (outcome): Reconciled => {
+  Effect.zipWith(invoker.reconcile(url, context).pipe(Effect.tap(annotateOutcome)), Clock.currentTimeMillis, (outcome, at): Reconciled => {
     if (outcome._tag !== "Ok") return { _tag: "Unknown", message: outcome.message }
     const body = outcome.body as { operation_id?: unknown; status?: unknown; output?: unknown }
     if (body?.operation_id !== operationId) return { _tag: "Unknown", message: "the reconciliation answer names another operation" }
     switch (body.status) {
+      case "not_found":
+        if (at < notFoundFinalAt) return { _tag: "Pending" }
+        return { _tag: "Settled", status: body.status, output: body.output }
       case "succeeded":
       case "failed":
-      case "not_found":
         return { _tag: "Settled", status: body.status, output: body.output }
       case "pending":
         return { _tag: "Pending" }

@@ -27,7 +27,8 @@ export type CallOutcome = Data.TaggedEnum<{
   Ok: { readonly status: number; readonly body: unknown }
   Rejected: { readonly status: number; readonly message: string; readonly body: unknown }
   NotSent: { readonly message: string }
-  Ambiguous: { readonly message: string }
+  /** `answered`: the tool answered (a 5xx, a 2xx without JSON): that delivery is over, whatever its outcome */
+  Ambiguous: { readonly message: string; readonly answered: boolean }
 }>
 export const CallOutcome = Data.taggedEnum<CallOutcome>()
 
@@ -38,6 +39,8 @@ export interface CallContext {
   readonly cellGeneration: number
   readonly runId: string
   readonly toolId: string
+  /** the token's `iat` when not now (a write's: its operation's commit, see InvocationClaims) */
+  readonly issuedAt?: Date
 }
 
 /** Errors raised before any byte was sent. */
@@ -75,7 +78,8 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
           inputDigest: inputDigest(body),
           cellGeneration: ctx.cellGeneration,
           runId: ctx.runId,
-          toolId: ctx.toolId
+          toolId: ctx.toolId,
+          ...(ctx.issuedAt === undefined ? {} : { issuedAt: ctx.issuedAt })
         })
         const headers: Record<string, string> = {
           authorization: `Bearer ${token}`,
@@ -103,7 +107,7 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
             }
             if (res.statusCode >= 200 && res.statusCode < 300) {
               return parsed === undefined
-                ? CallOutcome.Ambiguous({ message: `the tool answered ${res.statusCode} without a JSON body` })
+                ? CallOutcome.Ambiguous({ message: `the tool answered ${res.statusCode} without a JSON body`, answered: true })
                 : CallOutcome.Ok({ status: res.statusCode, body: parsed })
             }
             if (res.statusCode >= 300 && res.statusCode < 400) {
@@ -120,17 +124,21 @@ export class Invoker extends Effect.Service<Invoker>()("Invoker", {
                 body: parsed
               })
             }
-            return CallOutcome.Ambiguous({ message: `the tool answered ${res.statusCode}` })
+            return CallOutcome.Ambiguous({ message: `the tool answered ${res.statusCode}`, answered: true })
           },
           catch: (e) => e
         }).pipe(
           Effect.catchAll((e: any) => {
             if (e?.name === "TimeoutError" || e?.cause?.name === "TimeoutError") {
-              return Effect.succeed(CallOutcome.Ambiguous({ message: `no answer within ${config.tools.requestTimeoutSeconds} s` }))
+              return Effect.succeed(
+                CallOutcome.Ambiguous({ message: `no answer within ${config.tools.requestTimeoutSeconds} s`, answered: false })
+              )
             }
             const code = e?.code ?? e?.cause?.code
             const message = `${code ?? "error"}: ${e?.message ?? String(e)}`
-            return Effect.succeed(NOT_SENT_CODES.has(code) ? CallOutcome.NotSent({ message }) : CallOutcome.Ambiguous({ message }))
+            return Effect.succeed(
+              NOT_SENT_CODES.has(code) ? CallOutcome.NotSent({ message }) : CallOutcome.Ambiguous({ message, answered: false })
+            )
           })
         )
         return yield* callOut(attempt)

@@ -15,11 +15,13 @@ export const OperationRow = Schema.Struct({
   status: OperationStatus,
   output: Schema.Unknown,
   attempts: Schema.Number,
-  next_reconcile_at: Rows.TimeOrNull
+  next_reconcile_at: Rows.TimeOrNull,
+  /** the dispatch's commit: its invocation token's `iat` (Signing.InvocationClaims.issuedAt) */
+  created_at: Rows.Time
 })
 export type OperationRow = typeof OperationRow.Type
 
-const COLUMNS = "id, tenant_id, environment, run_id, tool_call_id, tool_id, status, output, attempts, next_reconcile_at"
+const COLUMNS = "id, tenant_id, environment, run_id, tool_call_id, tool_id, status, output, attempts, next_reconcile_at, created_at"
 
 export class OperationsRepo extends Effect.Service<OperationsRepo>()("OperationsRepo", {
   effect: Effect.gen(function*() {

@@ -39,6 +39,13 @@ export interface InvocationClaims {
   readonly cellGeneration: number
   readonly runId: string
   readonly toolId: string
+  /**
+   * `iat` when the token's life must not start at signing: a write's is the commit of its operation
+   * (`tool_operations.created_at`), so a process that stalls after that commit (a GC pause, SIGSTOP)
+   * and sends the write later cannot sign a fresh token for it; once that token expired, no
+   * delivery of the write can be accepted, and a reconciler may take `not_found` as final.
+   */
+  readonly issuedAt?: Date
 }
 
 export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
@@ -106,7 +113,7 @@ export class SigningKeys extends Effect.Service<SigningKeys>()("SigningKeys", {
     const sign = (cell: CellRef, claims: InvocationClaims) =>
       Effect.gen(function*() {
         const { key, kid } = yield* active(cell)
-        const now = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+        const now = Math.floor((claims.issuedAt?.getTime() ?? (yield* Clock.currentTimeMillis)) / 1000)
         return yield* Effect.promise(() =>
           new SignJWT({
             tenant_id: cell.tenantId,

@@ -23,9 +23,11 @@ export interface ToolHost {
   knobs: {
     /**
      * after committing a write: "ok" answers, "slow" answers after 1.5 s, "500" answers 500, "hang"
-     * never answers; "rolled_back" answers 500 and the write is not kept (its commit failed)
+     * never answers; "rolled_back" answers 500 and the write is not kept (its commit failed);
+     * "late" commits it 3 s after it arrived, and answers then (a write still in flight after the
+     * platform gave up on its answer, or a stalled sender's delivery)
      */
-    afterWrite: "ok" | "slow" | "500" | "hang" | "rolled_back"
+    afterWrite: "ok" | "slow" | "500" | "hang" | "rolled_back" | "late"
     /** the reconciliation endpoint: "truth" answers from the store, "500" fails */
     reconciliation: "truth" | "500"
   }
@@ -85,6 +87,13 @@ export const startToolHost = (options: { jwksUrl: () => string; issuer: string; 
         }
         if (req.method === "POST" && path === "/refunds") {
           const input = JSON.parse(body)
+          if (host.knobs.afterWrite === "late" && !host.refunds.has(operationId!)) {
+            return void setTimeout(() => {
+              const late = { refund_id: `rf_${host.refunds.size + 1}`, order_id: input.order_id, amount: input.amount }
+              host.refunds.set(operationId!, late)
+              if (!res.destroyed) json(res, 200, late)
+            }, 3000)
+          }
           let refund = host.refunds.get(operationId!)
           if (refund === undefined) {
             refund = { refund_id: `rf_${host.refunds.size + 1}`, order_id: input.order_id, amount: input.amount }
