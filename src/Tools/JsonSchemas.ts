@@ -20,14 +20,20 @@
  * (`items: { anyOf: [{ $ref: "#" }, { $ref: "#" }] }` is exponential in the input's nesting), so:
  *
  * THE BOUND: every check runs in a worker thread (`SchemaWorker.ts`; a pool of `POOL_SIZE` = 2,
- * one request at a time each) with a deadline of `DEADLINE_MS` = 1000 ms of wall time, counted from
- * when the request reaches a ready worker (compiling a schema the worker lacks counts). Past it
+ * one request at a time each) with a deadline of `DEADLINE_MS` = 1000 ms of CPU, counted from
+ * when the request reaches a ready worker (compiling a schema the worker lacks counts), and at
+ * most `WALL_CAP_MS` = 3000 ms of wall time. Node 20 cannot read one thread's CPU time, so the
+ * process's CPU over the check stands for the worker's (an upper bound: the worker cannot have
+ * used more): at 1000 ms of wall time, a check during which the process used less than 1000 ms
+ * of CPU was starved by other work on the machine, not slow, and is given what is left (see
+ * `overdue`). A hostile schema burns CPU and is cut at about 1000 ms; an ordinary one on a
+ * machine busy with other processes is not refused for the machine's load. Past the deadline
  * the worker is terminated, a new one takes its place, and the answer is the problem
  * "validation took longer than 1000 ms" (at registration: "checking the schema took longer than
  * 1000 ms"), which callers treat as invalid: a tool error the agent sees, or 400
  * `invalid_json_schema`. The main thread never runs a customer schema, so it stays responsive;
  * what a caller can still wait for beyond its own deadline is the queue: requests that find both
- * workers busy wait their turn (each turn at most 1000 ms). The deadline is a constant, not
+ * workers busy wait their turn (each turn at most 3000 ms). The deadline is a constant, not
  * operator configuration. An ordinary small input costs one message round trip more than running
  * in-thread (measured: about 70 µs more at the median for a 1 KB object); the first check also
  * waits for a worker to load (about 0.2 s compiled, 1 s under tsx), which the deadline excludes.
@@ -49,8 +55,20 @@ import { Worker } from "node:worker_threads"
 
 import type { Data, Op, Reply } from "./SchemaWorker.js"
 
-/** How long one validation, or one registration check, may take in its worker. */
+/** How much CPU one validation, or one registration check, may take in its worker. */
 export const DEADLINE_MS = 1000
+
+/** ... and how much wall time, however starved it was. */
+export const WALL_CAP_MS = 3000
+
+/**
+ * At a check's timer: `undefined` when it is overdue (terminate it), else how much longer it may
+ * run. `cpuMs` is the process's CPU since the check started (an upper bound of the worker's).
+ */
+export const overdue = (wallMs: number, cpuMs: number): number | undefined => {
+  if (cpuMs >= DEADLINE_MS || wallMs >= WALL_CAP_MS) return undefined
+  return Math.max(10, Math.min(DEADLINE_MS - cpuMs, WALL_CAP_MS - wallMs))
+}
 
 /** How many compiled validators a worker keeps; the least recently used is evicted beyond it. */
 export const CACHE_LIMIT = 1000
@@ -147,10 +165,19 @@ const dispatch = (slot: Slot, job: Job): void => {
   }
   slot.job = job
   slot.id = ++lastId
-  slot.timer = setTimeout(() => {
+  const startedAt = performance.now()
+  const cpuAt = process.cpuUsage()
+  const check = () => {
+    const cpu = process.cpuUsage(cpuAt)
+    const more = overdue(performance.now() - startedAt, (cpu.user + cpu.system) / 1000)
+    if (more !== undefined) {
+      slot.timer = setTimeout(check, more)
+      return
+    }
     retire(slot, job.late)
     spawn() // its replacement, warm for the next check
-  }, DEADLINE_MS)
+  }
+  slot.timer = setTimeout(check, DEADLINE_MS)
   try {
     slot.worker.postMessage({ ...op, id: slot.id })
   } catch (e) {
