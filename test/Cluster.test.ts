@@ -277,7 +277,17 @@ describe("cluster of three nodes", () => {
         expect(moving.length, "cells on the killed runner").toBeGreaterThanOrEqual(Math.ceil(cells.length / NODES))
         expect(openAtKill, "runs in flight on the moved cells at the kill").toBeGreaterThan(0)
         expect(lost, "admitted runs missing from the database").toEqual([])
-        expect(unended.map((r) => `${r.id}:${r.status}`), `runs not ended ${drainMs} ms after the traffic stopped\n${logs}`).toEqual([])
+        // an unended run's story: its events, and what any node logged about it
+        const stories = unended.length === 0 ? [] : yield* Effect.orDie(sql<{ run_id: string; story: string }>`
+          SELECT run_id, string_agg(type || '@' || to_char(created_at, 'HH24:MI:SS.MS'), ' ' ORDER BY sequence) AS story
+          FROM run_events WHERE run_id IN ${sql.in(unended.map((r) => r.id))} GROUP BY run_id`)
+        const mentions = unended.flatMap((r) =>
+          everyNode.flatMap((n) => n.output().split("\n").filter((l) => l.includes(r.id)).map((l) => `${n.baseUrl}: ${l.slice(0, 400)}`))
+        )
+        expect(
+          unended.map((r) => `${r.id}:${r.status}`),
+          `runs not ended ${drainMs} ms after the traffic stopped\n${JSON.stringify(stories)}\n${mentions.join("\n")}\n${logs}`
+        ).toEqual([])
         expect(notSucceeded.map((r) => `${r.id}:${r.status}`), logs).toEqual([])
         expect(unknownRuns.map((r) => r.id), "runs no client was told of (a retry made a second one)").toEqual([])
         expect(admitted.size).toBeGreaterThan(cells.length * 3)
