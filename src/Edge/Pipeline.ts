@@ -43,6 +43,7 @@ import {
 } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
+import { currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { asCell, Shares } from "../Kernel/Shares.js"
 import { annotateSpan } from "../Kernel/Spans.js"
 import { recordRequest } from "../Observability/Metrics.js"
@@ -582,6 +583,9 @@ export const cellLanes = HttpMiddleware.make((app) =>
     if (match === null) return app
     const [, tenantId, environment] = match
     const key = environment === undefined ? tenantId! : cellKey({ tenantId: tenantId!, environment })
-    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app)))
+    // the request's cell calls give up within the send timeout of now (src/Kernel/RequestId.ts)
+    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app))).pipe(
+      Effect.locally(currentRequestStartedAt, Date.now())
+    )
   })
 )

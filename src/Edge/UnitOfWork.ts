@@ -37,13 +37,18 @@ export interface RequestState {
 
 const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
 
-/** Runs `effect` as the work of the request of `state`, which starts now (its cell calls' deadline counts from here). */
+/**
+ * Runs `effect` as the work of the request of `state`. Its cell calls' deadline counts from when
+ * the request arrived: the outermost middleware (`cellLanes`) marks that for a cell's path (before
+ * it waits for its cell's turn); otherwise it starts now.
+ */
 export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  effect.pipe(
-    Effect.locally(currentState, state),
-    Effect.locally(currentRequestId, state.requestId),
-    Effect.locally(currentRequestStartedAt, Date.now())
-  )
+  Effect.flatMap(FiberRef.get(currentRequestStartedAt), (arrived) =>
+    effect.pipe(
+      Effect.locally(currentState, state),
+      Effect.locally(currentRequestId, state.requestId),
+      Effect.locally(currentRequestStartedAt, arrived === 0 ? Date.now() : arrived)
+    ))
 
 /** The state of the request the calling fiber serves (undefined outside one). */
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)

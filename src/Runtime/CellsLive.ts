@@ -126,10 +126,13 @@ const make = Effect.gen(function*() {
    * before, has less), at least `MIN_SEND_MILLIS` (a stream's last call, long after its request
    * began, still gets its chance); the send timeout outside a request.
    */
-  const sendBudget = Effect.map(FiberRef.get(currentRequestStartedAt), (startedAt) =>
-    Duration.millis(
-      startedAt === 0 ? sendTimeoutMillis : Math.max(MIN_SEND_MILLIS, startedAt + sendTimeoutMillis - Date.now())
-    ))
+  const sendBudget = Effect.map(FiberRef.get(currentRequestStartedAt), (startedAt) => {
+    const waited = startedAt === 0 ? 0 : Date.now() - startedAt
+    return {
+      budget: Duration.millis(startedAt === 0 ? sendTimeoutMillis : Math.max(MIN_SEND_MILLIS, sendTimeoutMillis - waited)),
+      waited
+    }
+  })
   const local = new Map<string, Local>()
 
   // The behaviour: runs once per cell start on this runner, in the entity's scope.
@@ -170,12 +173,15 @@ const make = Effect.gen(function*() {
   const routed = <K extends CellTag>(key: string, command: Command<K>): Effect.Effect<Reply<K>> => {
     const cell: CellClient = client(key)
     const tag: K = command._tag
-    return Effect.flatMap(sendBudget, (budget) =>
+    return Effect.flatMap(sendBudget, ({ budget, waited }) =>
       cell[tag](command).pipe(
         // A call that times out is interrupted in the background: the interrupt travels to the
         // owner, and a hung owner would hold the answer until it resumed (issue 41).
         Effect.disconnect,
-        Effect.timeoutFail({ duration: budget, onTimeout: () => "timed out" })
+        Effect.timeoutFail({
+          duration: budget,
+          onTimeout: () => `timed out after ${Duration.toMillis(budget)} ms (${waited} ms into its request)`
+        })
       )).pipe(
         Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
         // The cell was stopped under the request (this node is shutting down, or lost the shard):
