@@ -21,6 +21,7 @@
  * error envelope here. Every log line of a request carries its `request_id`, and so does its span.
  */
 import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, Option, Schema, Scope } from "effect"
 
@@ -58,6 +59,7 @@ import * as Idempotency from "./Idempotency.js"
 import { bearerToken, methodLabel, unmatchedOperation } from "./Metrics.js"
 import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
+import { arrivals } from "./Server.js"
 import { spanAttributes } from "./Tracing.js"
 import { type RequestState, serving } from "./UnitOfWork.js"
 import { preparedUpload } from "./Uploads.js"
@@ -583,9 +585,10 @@ export const cellLanes = HttpMiddleware.make((app) =>
     if (match === null) return app
     const [, tenantId, environment] = match
     const key = environment === undefined ? tenantId! : cellKey({ tenantId: tenantId!, environment })
-    // the request's cell calls give up within the send timeout of now (src/Kernel/RequestId.ts)
+    // the request's cell calls give up within the send timeout of its arrival (src/Kernel/RequestId.ts)
+    const arrived = arrivals.get(NodeHttpServerRequest.toIncomingMessage(request)) ?? Date.now()
     return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app))).pipe(
-      Effect.locally(currentRequestStartedAt, Date.now())
+      Effect.locally(currentRequestStartedAt, arrived)
     )
   })
 )

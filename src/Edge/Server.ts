@@ -70,6 +70,12 @@ const refuseStopping = (res: ServerResponse) => {
   res.end(body)
 }
 
+/**
+ * When each request reached the server (its `request` event), before anything of the service ran
+ * for it: a request's cell calls give up within the send timeout of this (Pipeline's `cellLanes`).
+ */
+export const arrivals = new WeakMap<IncomingMessage, number>()
+
 export const makeServer = (config: AppConfigShape, state: DrainState = { draining: false, inFlight: new Set() }) => () => {
   const server = createServer({
     headersTimeout: config.edge.headersTimeoutSeconds * 1000,
@@ -86,7 +92,8 @@ export const makeServer = (config: AppConfigShape, state: DrainState = { drainin
   // balancer has seen /readyz). Once the service's handler is gone (the platform removes it as it
   // stops, before it closes the server), a request on a kept-alive connection would get no answer:
   // it is answered 503 here (issue 41).
-  server.on("request", (_req: IncomingMessage, res: ServerResponse) => {
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    arrivals.set(req, Date.now())
     if (state.draining) res.setHeader("connection", "close")
     if (server.listenerCount("request") === 1) return refuseStopping(res)
     state.inFlight.add(res)
