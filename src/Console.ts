@@ -11,7 +11,7 @@
  * src/Console/Http.ts's; this service knows nothing of HTTP.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Data, Effect, Option, Redacted } from "effect"
+import { Clock, Data, Effect, Layer, Option, Redacted } from "effect"
 import * as OTPAuth from "otpauth"
 import QRCode from "qrcode"
 
@@ -25,6 +25,7 @@ import { QUOTA_NAMES, type QuotaName } from "./Domain/Quotas.js"
 import { type EnvironmentName, makeId } from "./Kernel/Ids.js"
 import type { CellRef } from "./Kernel/Principal.js"
 import { requestId } from "./Kernel/RequestId.js"
+import { OperatorCredentials } from "./Kernel/Security.js"
 import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
 import { ProductionRequests } from "./ProductionRequests.js"
@@ -46,6 +47,8 @@ const SESSION_MS = 12 * 60 * MINUTE
 const LINK_MS = { verify: 24 * 60 * MINUTE, reset: 30 * MINUTE, invite: 7 * 24 * 60 * MINUTE } as const
 /** A TOTP check this recent allows creating a key (contract part 5: "after MFA"). */
 export const FRESH_MFA_MS = 5 * MINUTE
+/** A personal operator token's visible start (issue 39); the shared OPERATOR_TOKEN's is `op_`. */
+export const OPERATOR_TOKEN_PREFIX = "opk_"
 /** Failed sign-ins counted over this window, per address and per account. */
 const FAILURE_WINDOW_MS = 15 * MINUTE
 export const FAILURE_LIMITS = { account: 5, address: 20 } as const
@@ -670,8 +673,54 @@ export class Console extends Effect.Service<Console>()("Console", {
         return rotated
       })
 
+    /**
+     * A personal operator token (issue 39) for the operator API and the CLI: after a TOTP code
+     * within FRESH_MFA_MS, like a member's key; the secret is returned once, only its digest kept.
+     */
+    const createOperatorToken = (m: Member, name: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        const at = yield* Clock.currentTimeMillis
+        if (m.mfaAt === null || at - m.mfaAt.getTime() > FRESH_MFA_MS) {
+          return yield* refuse(403, "Enter a current two-factor code to create a token.")
+        }
+        const tokenName = name.trim()
+        if (tokenName.length === 0 || tokenName.length > 200) return yield* refuse(400, "Name the token (at most 200 characters).")
+        const secret = `${OPERATOR_TOKEN_PREFIX}${S.token()}`
+        const id = yield* makeId("otk")
+        yield* repo.insertOperatorToken({
+          id,
+          accountId: m.accountId,
+          name: tokenName,
+          prefix: secret.slice(0, OPERATOR_TOKEN_PREFIX.length + 8),
+          tokenHash: S.digest(secret),
+          at: new Date(at)
+        })
+        yield* Effect.logInfo("operator token created").pipe(Effect.annotateLogs({ account_id: m.accountId, token_id: id }))
+        return { id, name: tokenName, secret }
+      })
+
+    const operatorTokens = (m: Member) => Effect.zipRight(asOperator(m), repo.operatorTokens(m.accountId))
+
+    const revokeOperatorToken = (m: Member, id: string) =>
+      Effect.gen(function*() {
+        yield* asOperator(m)
+        if (!(yield* repo.revokeOperatorToken(m.accountId, id, yield* now))) return yield* refuse(404, "There is no such live token.")
+        yield* Effect.logInfo("operator token revoked").pipe(Effect.annotateLogs({ account_id: m.accountId, token_id: id }))
+      })
+
+    /** The operator account a personal token acts for (undefined: not a live token of an operator). */
+    const operatorOfToken = (secret: string) =>
+      !secret.startsWith(OPERATOR_TOKEN_PREFIX)
+        ? Effect.succeed(undefined)
+        : Effect.flatMap(now, (at) => repo.operatorOfToken(S.digest(secret), at))
+
     const withDefects = <A, E, R>(effect: Effect.Effect<A, E, R>) => dieOnSqlError(effect)
     return {
+      createOperatorToken: (m: Member, name: string) => withDefects(createOperatorToken(m, name)),
+      operatorTokens: (m: Member) => withDefects(operatorTokens(m)),
+      revokeOperatorToken: (m: Member, id: string) => withDefects(revokeOperatorToken(m, id)),
+      operatorOfToken: (secret: string) => withDefects(operatorOfToken(secret)),
       signUp: (input: Parameters<typeof signUp>[0]) => withDefects(signUp(input)),
       verify: (link: string) => withDefects(verify(link)),
       signIn: (input: Parameters<typeof signIn>[0]) => withDefects(signIn(input)),
@@ -714,3 +763,11 @@ export class Console extends Effect.Service<Console>()("Console", {
   }),
   dependencies: [ConsoleRepo.Default, Mailer.Default]
 }) {}
+
+/** Operators' personal tokens for the operator plane's authentication (src/Kernel/Security.ts). */
+export const OperatorCredentialsLive = Layer.effect(
+  OperatorCredentials,
+  Effect.map(Console, (consoles) => ({
+    accountOf: (token: string) => Effect.map(consoles.operatorOfToken(token), (found) => found?.account_id)
+  }))
+)

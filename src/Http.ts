@@ -15,7 +15,7 @@ import { ApprovalsLive } from "./Approvals/Http.js"
 import { ApprovalsRepo } from "./Approvals/Repo.js"
 import { Audit } from "./Audit.js"
 import { AuditLive } from "./Audit/Http.js"
-import { Console } from "./Console.js"
+import { Console, OperatorCredentialsLive } from "./Console.js"
 import { ConsoleRouteLive } from "./Console/Http.js"
 import { OperatorAccountsLive, OperatorConsoleRouteLive } from "./Console/OperatorHttp.js"
 import { Secrets } from "./Crypto/Secrets.js"
@@ -114,6 +114,20 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provideMerge(HandlerRegistry.Live)
 )
 
+// the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools, ProductionRequests, Quotas, SigningKeys and Webhooks (layers are shared by reference)
+const ConsoleLive = Console.Default.pipe(
+  Layer.provide([
+    Operator.Default,
+    Audit.Default,
+    Secrets.Default,
+    Tools.Default,
+    ProductionRequests.Default,
+    Quotas.Default,
+    SigningKeys.Default,
+    Webhooks.Default
+  ])
+)
+
 /** Services behind the handlers and the pipeline (they need AppConfig and a SqlClient). */
 export const ServicesLive = Layer.mergeAll(
   Platform.Default,
@@ -143,19 +157,9 @@ export const ServicesLive = Layer.mergeAll(
   Memory.Default,
   ProductionRequests.Default,
   Quotas.Default,
-  // the consoles (issues 38, 39) act through the same Operator, Audit, Secrets, Tools, ProductionRequests, Quotas, SigningKeys and Webhooks (layers are shared by reference)
-  Console.Default.pipe(
-    Layer.provide([
-      Operator.Default,
-      Audit.Default,
-      Secrets.Default,
-      Tools.Default,
-      ProductionRequests.Default,
-      Quotas.Default,
-      SigningKeys.Default,
-      Webhooks.Default
-    ])
-  )
+  ConsoleLive,
+  // operators' personal tokens, for the operator plane's authentication (issue 39)
+  OperatorCredentialsLive.pipe(Layer.provide(ConsoleLive))
 ).pipe(
   Layer.provideMerge(CellsLive),
   Layer.provideMerge(ClusterLive),

@@ -11,7 +11,7 @@ import { Effect } from "effect"
 
 import { makeTestApp, TestApp } from "./support/App.js"
 import { createKey, operator, provisionSandbox, request } from "./support/Client.js"
-import { browser, enrolled, PASSWORD, signedUp } from "./support/Console.js"
+import { browser, codeAt, enrolled, now, PASSWORD, signedUp } from "./support/Console.js"
 import { expectSingle } from "./support/Envelopes.js"
 import { TOOL_SCOPES } from "./support/Sandboxes.js"
 import { connectionBody } from "./support/ToolHost.js"
@@ -28,8 +28,8 @@ const signedInOperator = (email: string) =>
     yield* ops.get(`${P}/sign-in`)
     const signedIn = yield* ops.post(`${P}/sign-in`, { email, password: made.body.password })
     expect(signedIn.status, signedIn.text).toBe(303)
-    yield* enrolled(ops, P)
-    return { ops, accountId: made.body.id as string }
+    const { secret } = yield* enrolled(ops, P)
+    return { ops, accountId: made.body.id as string, secret }
   })
 
 /** The audit entries of `action` in a tenant's sandbox: who. */
@@ -221,6 +221,51 @@ describe("operator console over HTTP (issue 39)", () => {
         expect(metrics.text).toContain("<caption>Cells</caption>")
         expect(metrics.text).toContain(`<code>${acme.tenantId}</code>`)
         expect(metrics.text).toContain("Webhook deliveries waiting to be sent: nothing yet.")
+      }).pipe(Effect.provide(makeTestApp())),
+    60_000
+  )
+
+  it.live(
+    "personal API tokens: made after a fresh TOTP code and shown once; the operator API and /metrics take them, audited with the account's id (the shared token as operator); a revoked one is refused like a wrong one",
+    () =>
+      Effect.gen(function*() {
+        const { accountId, ops, secret } = yield* signedInOperator("ops@platform.test")
+        const sb = yield* provisionSandbox(undefined, "Acme")
+        expect((yield* ops.get(`${P}/tokens`)).text).toContain("No tokens.")
+        const wrong = yield* ops.post(`${P}/tokens`, { name: "cli", code: "000000" })
+        expect(wrong.status).toBe(400)
+        // the enrolment spent this step's code
+        const made = yield* ops.post(`${P}/tokens`, { name: "cli", code: codeAt(secret, (yield* now) + 30_000) })
+        expect(made.status, made.text).toBe(201)
+        expect(made.headers.get("cache-control")).toBe("no-store")
+        const token = /<code id="secret">([^<]+)<\/code>/.exec(made.text)![1]!
+        expect(token).toMatch(/^opk_[A-Za-z0-9_-]{43}$/)
+        const listed = yield* ops.get(`${P}/tokens`)
+        expect(listed.text).toContain(`<code>${token.slice(0, 12)}...</code>`)
+        expect(listed.text).not.toContain(token)
+
+        // the operator API as the account: its audit entry names it; the shared token's names `operator`
+        const quota = `/operator/v1/tenants/${sb.tenantId}/environments/sandbox/quotas/runs_per_day`
+        const mine = yield* request("PUT", quota, { key: token, body: { limit: 7 } })
+        expect(mine.status, mine.text).toBe(200)
+        expect((yield* operator("PUT", `/tenants/${sb.tenantId}/environments/sandbox/quotas/runs_per_day`, { limit: 8 })).status)
+          .toBe(200)
+        expect(yield* auditedAs(sb.tenantId, "setQuota")).toEqual([
+          { actor_type: "operator", actor_id: accountId },
+          { actor_type: "operator", actor_id: "operator" }
+        ])
+        expect((yield* request("GET", "/metrics", { key: token })).status).toBe(200)
+
+        // revoked: refused as a wrong token is, on the API and /metrics
+        const id = /action="\/operator\/console\/tokens\/([^/]+)\/revoke"/.exec(listed.text)![1]!
+        expect((yield* ops.post(`${P}/tokens/${id}/revoke`, {})).status).toBe(303)
+        expect((yield* ops.post(`${P}/tokens/${id}/revoke`, {})).status).toBe(404)
+        const refused = yield* request("PUT", quota, { key: token, body: { limit: 9 } })
+        const wrongToken = yield* request("PUT", quota, { key: `opk_${"x".repeat(43)}`, body: { limit: 9 } })
+        expect([refused.status, refused.body?.error?.code]).toEqual([401, "invalid_operator_token"])
+        expect([wrongToken.status, wrongToken.body?.error?.code]).toEqual([401, "invalid_operator_token"])
+        expect((yield* request("GET", "/metrics", { key: token })).status).toBe(401)
+        expect((yield* ops.get(`${P}/tokens`)).text).toContain("revoked ")
       }).pipe(Effect.provide(makeTestApp())),
     60_000
   )

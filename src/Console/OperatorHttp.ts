@@ -6,13 +6,13 @@
  * services and name the operator account (src/Console.ts).
  */
 import { HttpApiBuilder, HttpRouter, type HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 
 import { Api } from "../Api.js"
 import { Console, type Member, type Refused } from "../Console.js"
 import { conflict, invalid } from "../Kernel/Errors.js"
 import * as HttpGroup from "../Kernel/HttpGroup.js"
-import { csrfField, escape } from "./Pages.js"
+import { csrfField, escape, form } from "./Pages.js"
 import { makeSite, type Page, type Visit } from "./Site.js"
 
 const P = "/operator/console"
@@ -66,7 +66,7 @@ export const OperatorConsoleRouteLive = HttpApiBuilder.Router.use((router) =>
             ))), again)
 
     const nav =
-      `<nav aria-label="Operator pages"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a> · <a href="${P}/tenants">Tenants</a> · <a href="${P}/cluster">Cluster</a> · <a href="${P}/metrics">Metrics</a></nav>`
+      `<nav aria-label="Operator pages"><a href="${P}/pilots">Pilot applications</a> · <a href="${P}/connections">Connections to review</a> · <a href="${P}/production">Production requests</a> · <a href="${P}/tenants">Tenants</a> · <a href="${P}/cluster">Cluster</a> · <a href="${P}/metrics">Metrics</a> · <a href="${P}/tokens">API tokens</a></nav>`
 
     yield* get(P, (v) => withOperator(v, () => Effect.succeed(redirect(v, `${P}/pilots`))))
 
@@ -454,6 +454,62 @@ The previous key stays published until ${rotated.retired_publish_until.toISOStri
           )
         }).pipe(Effect.catchTag("Refused", refusedPage(v))))
     yield* get(`${P}/metrics`, metricsPage)
+
+    // ---- personal API tokens: the operator API and the CLI audited with the account's id ----
+
+    const tokensPage: Page = (v, msg) =>
+      withOperator(v, (m) =>
+        Effect.map(consoles.operatorTokens(m), (tokens) =>
+          html(
+            v,
+            msg?.status ?? 200,
+            "API tokens",
+            `${nav}<p>A personal token calls the operator API (<code>/operator/v1</code>, <code>GET /metrics</code>) and the CLI
+(<code>OPERATOR_TOKEN=opk_... npm run operator -- ...</code>) as you: each action is audited with your account's id. The shared
+<code>OPERATOR_TOKEN</code> stays for automation and is audited as <code>operator</code>.</p>` +
+              table(
+                "Tokens",
+                ["Name", "Prefix", "Created", "Last used", "Status", ""],
+                tokens.map((t) => [
+                  escape(t.name),
+                  `<code>${escape(t.prefix)}...</code>`,
+                  iso(t.created_at),
+                  iso(t.last_used_at),
+                  t.revoked_at === null ? "live" : `revoked ${iso(t.revoked_at)}`,
+                  t.revoked_at === null
+                    ? `<form method="post" action="${P}/tokens/${encodeURIComponent(t.id)}/revoke">${csrfField(v.csrf)}
+<button type="submit">Revoke ${escape(t.name)}</button></form>`
+                    : ""
+                ])
+              ) +
+              `<h2>New token</h2>` +
+              form(`${P}/tokens`, v.csrf, [
+                { name: "name", label: "Token name", type: "text", value: "" },
+                { name: "code", label: "Current two-factor code", type: "text", autocomplete: "one-time-code", inputmode: "numeric" }
+              ], "Create token"),
+            msg?.text
+          ))).pipe(Effect.catchTag("Refused", refusedPage(v)))
+    yield* get(`${P}/tokens`, tokensPage)
+    yield* post(`${P}/tokens`, (v, f) =>
+      withOperator(v, (m) =>
+        Effect.gen(function*() {
+          yield* consoles.checkMfa(m, v.session!, f["code"] ?? "")
+          const fresh = yield* consoles.member(v.session!)
+          const created = yield* consoles.createOperatorToken(Option.getOrThrow(fresh), f["name"] ?? "")
+          return html(
+            v,
+            201,
+            "Your token",
+            `<p class="note">Copy this token now: it is shown only once, and only its hash is kept. Keep it in a secret
+manager or your shell's environment (<code>OPERATOR_TOKEN</code>), never in a repository or a browser. If it leaks, revoke it.</p>
+<p class="secret" aria-label="Token secret"><code id="secret">${escape(created.secret)}</code></p>
+<p><a href="${P}/tokens">Back to your tokens</a></p>`
+          )
+        })), tokensPage)
+    yield* post(`${P}/tokens/:id/revoke`, (v) =>
+      withOperator(v, (m) =>
+        Effect.flatMap(HttpRouter.params, (p) =>
+          Effect.as(consoles.revokeOperatorToken(m, p["id"] ?? ""), redirect(v, `${P}/tokens`)))), tokensPage)
   })
 )
 /** `POST /operator/v1/operator-accounts`: an operator's account, its password returned once. */

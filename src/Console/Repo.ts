@@ -44,6 +44,16 @@ export const OrganizationRow = Schema.Struct({
 })
 export type OrganizationRow = typeof OrganizationRow.Type
 
+export const OperatorTokenRow = Schema.Struct({
+  id: Schema.String,
+  name: Schema.String,
+  prefix: Schema.String,
+  created_at: Rows.Time,
+  last_used_at: Rows.TimeOrNull,
+  revoked_at: Rows.TimeOrNull
+})
+export type OperatorTokenRow = typeof OperatorTokenRow.Type
+
 export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -185,7 +195,47 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
         Effect.map((r) => r.found)
       )
 
+    const insertOperatorToken = (t: { id: string; accountId: string; name: string; prefix: string; tokenHash: Buffer; at: Date }) =>
+      sql`INSERT INTO operator_tokens (id, account_id, name, prefix, token_hash, created_at)
+          VALUES (${t.id}, ${t.accountId}, ${t.name}, ${t.prefix}, ${t.tokenHash}, ${t.at})`.pipe(Rows.none)
+
+    const operatorTokens = (accountId: string) =>
+      sql`SELECT id, name, prefix, created_at, last_used_at, revoked_at FROM operator_tokens
+          WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(Rows.all(OperatorTokenRow))
+
+    /** Revokes the account's token; false when it has no such live token. */
+    const revokeOperatorToken = (accountId: string, id: string, at: Date) =>
+      sql`UPDATE operator_tokens SET revoked_at = ${at}
+          WHERE id = ${id} AND account_id = ${accountId} AND revoked_at IS NULL RETURNING id`.pipe(
+        Rows.maybe(Schema.Struct({ id: Schema.String })),
+        Effect.map((r) => r !== undefined)
+      )
+
+    /**
+     * The operator account a live token acts for (its account still an operator's, TOTP enrolled),
+     * its use stamped at most once a minute; undefined for any other token.
+     */
+    const operatorOfToken = (tokenHash: Buffer, at: Date) =>
+      sql`UPDATE operator_tokens t SET last_used_at = ${at}
+          FROM console_accounts a
+          WHERE t.token_hash = ${tokenHash} AND t.revoked_at IS NULL AND a.id = t.account_id
+            AND a.kind = 'operator' AND a.totp_enrolled_at IS NOT NULL
+            AND (t.last_used_at IS NULL OR t.last_used_at < ${new Date(at.getTime() - 60_000)})
+          RETURNING t.id, t.account_id`.pipe(
+        Rows.maybe(Schema.Struct({ id: Schema.String, account_id: Schema.String })),
+        Effect.flatMap((stamped) =>
+          stamped !== undefined ? Effect.succeed(stamped) : sql`SELECT t.id, t.account_id FROM operator_tokens t
+              JOIN console_accounts a ON a.id = t.account_id
+              WHERE t.token_hash = ${tokenHash} AND t.revoked_at IS NULL AND a.kind = 'operator'
+                AND a.totp_enrolled_at IS NOT NULL`.pipe(Rows.maybe(Schema.Struct({ id: Schema.String, account_id: Schema.String })))
+        )
+      )
+
     return {
+      insertOperatorToken,
+      operatorTokens,
+      revokeOperatorToken,
+      operatorOfToken,
       signingKey,
       insertAccount,
       insertOperator,

@@ -36,6 +36,7 @@ import cellWeights from "./migrations/0028_cell_weights.js"
 import eventNotes from "./migrations/0029_event_notes.js"
 import console_ from "./migrations/0030_console.js"
 import operatorConsole from "./migrations/0031_operator_console.js"
+import operatorTokens from "./migrations/0032_operator_tokens.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -70,7 +71,8 @@ export const loader = Migrator.fromRecord({
   "0028_cell_weights": cellWeights,
   "0029_event_notes": eventNotes,
   "0030_console": console_,
-  "0031_operator_console": operatorConsole
+  "0031_operator_console": operatorConsole,
+  "0032_operator_tokens": operatorTokens
 })
 
 const migrate = Migrator.make({})

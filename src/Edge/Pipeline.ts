@@ -417,8 +417,11 @@ const operatorAuthLimited = (state: RequestState, address: string) =>
         message: "Too many requests without a valid operator token from this address; retry after the time in Retry-After"
       })
     }
-    if (credential !== undefined && (yield* OperatorToken).verify(bearerToken(credential))) yield* clients.vouch(credential)
-    else yield* clients.spend(address)
+    const who = credential === undefined ? undefined : yield* (yield* OperatorToken).whoIs(bearerToken(credential))
+    if (who === undefined) return yield* clients.spend(address)
+    yield* clients.vouch(credential!)
+    // a personal token's requests are audited with its operator account's id (issue 39)
+    if (who !== "operator") state.operatorAccount = who
   })
 
 /** The environment an operator request is about: its path's, else the one its handler named. */
@@ -426,7 +429,8 @@ const operatorSubject = (trail: AuditTrail.Trail, state: RequestState): AuditTra
   const tenantId = trail.params["tenant_id"]
   const environment = trail.params["environment"]
   const cell = tenantId !== undefined && isEnvironmentName(environment) ? { tenantId, environment } : state.auditSubject
-  return cell === undefined ? undefined : { cell, actor: AuditTrail.OPERATOR, keyId: null }
+  const actor = state.operatorAccount === undefined ? AuditTrail.OPERATOR : { type: "operator" as const, id: state.operatorAccount }
+  return cell === undefined ? undefined : { cell, actor, keyId: null }
 }
 
 /** An operator request's entry on its own; none without an environment, or for a refused token (logged). */

@@ -33,6 +33,8 @@ export interface RequestState {
   continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
   /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
   auditSubject?: CellRef | undefined
+  /** an operator request with a personal token (issue 39): its operator account's id (else the shared token's `operator`) */
+  operatorAccount?: string | undefined
 }
 
 const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
@@ -95,7 +97,8 @@ const unitOfWork: UnitOfWorkShape = {
         if (state !== undefined) state.auditSubject = { tenantId: cell.tenantId, environment: cell.environment }
       })
     ),
-  actingUser: Effect.map(FiberRef.get(currentState), (state) => state?.actingUser)
+  actingUser: Effect.map(FiberRef.get(currentState), (state) => state?.actingUser),
+  operator: Effect.map(FiberRef.get(currentState), (state) => state?.operatorAccount ?? "operator")
 }
 
 /** The node's `UnitOfWork`: the request the calling fiber serves, or a unit of its own. */

@@ -4,7 +4,7 @@
  * `security` requirement.
  */
 import { HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { Context, Schema } from "effect"
+import { Context, type Effect, Schema } from "effect"
 
 import { AuthenticationError, PermissionError } from "./Errors.js"
 import { CurrentPrincipal } from "./Principal.js"
@@ -32,7 +32,21 @@ export class OperatorAuth extends HttpApiMiddleware.Tag<OperatorAuth>()("Operato
   failure: AuthenticationError,
   security: {
     OperatorToken: HttpApiSecurity.bearer.pipe(
-      HttpApiSecurity.annotate(OpenApi.Description, "The operator token (OPERATOR_TOKEN); only for /operator/v1")
+      HttpApiSecurity.annotate(
+        OpenApi.Description,
+        "The shared operator token (OPERATOR_TOKEN, audited as `operator`) or an operator's personal token (`opk_...`, made in " +
+          "the operator console after a TOTP code, audited with the operator account's id); only for /operator/v1 and GET /metrics"
+      )
     )
   }
 }) {}
+
+/**
+ * Operators' personal tokens (issue 39): a live one (`opk_...`) acts as its operator account
+ * (`acc_...`). The console capability keeps the accounts and tokens; the operator plane's
+ * authentication asks here (`OperatorToken.whoIs`: the shared OPERATOR_TOKEN is `operator`).
+ */
+export class OperatorCredentials extends Context.Tag("OperatorCredentials")<OperatorCredentials, {
+  /** the operator account a live personal token acts for, else undefined */
+  readonly accountOf: (token: string) => Effect.Effect<string | undefined>
+}>() {}

@@ -4,6 +4,7 @@ import { Api } from "../Api.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
 import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { OperatorAuth } from "../Kernel/Security.js"
+import { actingOperator } from "../Kernel/UnitOfWork.js"
 import { Operator } from "../Operator.js"
 import { Tools } from "../Tools.js"
 import { SigningKeys } from "../Tools/Signing.js"
@@ -14,9 +15,13 @@ export const OperatorAuthLive = Layer.effect(
   Effect.map(OperatorToken, (token) =>
     OperatorAuth.of({
       OperatorToken: (candidate) =>
-        token.verify(Redacted.value(candidate))
-          ? Effect.void
-          : Effect.fail(new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" }))
+        Effect.flatMap(
+          token.whoIs(Redacted.value(candidate)),
+          (who) =>
+            who !== undefined
+              ? Effect.void
+              : Effect.fail(new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" }))
+        )
     }))
 )
 
@@ -39,7 +44,7 @@ export const OperatorLive = HttpGroup.group(Api, "operator", (handlers) =>
         }))
       .handle("submitPilotApplication", ({ payload }) => operator.submitPilot(payload))
       .handle("getPilotApplication", ({ path }) => operator.getPilot(path.id))
-      .handle("approvePilotApplication", ({ path }) => operator.approvePilot(path.id))
+      .handle("approvePilotApplication", ({ path }) => Effect.flatMap(actingOperator, (by) => operator.approvePilotBy(path.id, by, null)))
       .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))
       .handle("getQuickstart", ({ path }) => operator.getQuickstart(path.tenant_id, path.environment))
   }))

@@ -13,6 +13,7 @@ import { Effect, Option, Redacted } from "effect"
 
 import { AppConfig, operatorTokenProblem } from "../Config/AppConfig.js"
 import { findPublished, textCandidate } from "../Config/PublishedSecrets.js"
+import { OperatorCredentials } from "../Kernel/Security.js"
 
 export const tokenFile = (dataDir: string) => path.resolve(dataDir, "operator-token")
 
@@ -62,6 +63,18 @@ export class OperatorToken extends Effect.Service<OperatorToken>()("OperatorToke
       const got = Buffer.from(candidate)
       return got.length === expected.length && timingSafeEqual(got, expected)
     }
-    return { token, source, file: tokenFile(config.dataDir), verify } as const
+    /**
+     * Who a bearer token is on the operator plane: `operator` for the shared token, an operator
+     * account's id for a live personal token (when the console's credentials are provided), else
+     * undefined.
+     */
+    const whoIs = (candidate: string): Effect.Effect<string | undefined> =>
+      verify(candidate)
+        ? Effect.succeed("operator")
+        : Effect.flatMap(
+          Effect.serviceOption(OperatorCredentials),
+          Option.match({ onNone: () => Effect.succeed(undefined), onSome: (credentials) => credentials.accountOf(candidate) })
+        )
+    return { token, source, file: tokenFile(config.dataDir), verify, whoIs } as const
   })
 }) {}
