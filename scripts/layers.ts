@@ -4,8 +4,14 @@
  *
  * A unit is a top-level folder `src/X/` together with its service file `src/X.ts`; the composition
  * roots (`main.ts`, `Api.ts`, `Http.ts`) are left out. Imports are read as text (static `import`
- * and `export ... from`, and dynamic `import()`), relative ones only. Exit 1 on a cycle or on an
- * import that points up; the report names the files and imports involved.
+ * and `export ... from`, and dynamic `import()`), relative ones only. Exit 1 on a cycle, on an
+ * import that points up, or on a reach-in; the report names the files and imports involved.
+ *
+ * Front doors (issue 40): from outside a capability, only its `X.ts` (the service and what it
+ * chooses to export), `X/Api.ts` (its endpoints) and `X/Queries.ts` (SQL fragments other
+ * capabilities compose into their statements) may be imported, type-only imports included. The
+ * composition roots, which build every capability's layers and routes, are exempt; so are the
+ * imports named in FRONT_DOOR_EXCEPTIONS, each with its reason.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -48,6 +54,12 @@ const LAYERS: ReadonlyArray<{ readonly name: string; readonly units: ReadonlyArr
   { name: "edge", units: ["Edge"] },
   { name: "clients", units: ["Client"] }
 ]
+/** The capabilities whose insides others may not import (scripts/layers.ts's front-door rule). */
+const CAPABILITIES = new Set(LAYERS.find((l) => l.name === "capabilities")!.units)
+
+/** `importer -> imported` (paths under src/) allowed past a front door, and why. Keep it short. */
+const FRONT_DOOR_EXCEPTIONS: ReadonlyMap<string, string> = new Map([])
+
 /** Units that stand apart: they import nothing of the service and nothing of it imports them. */
 const APART = new Set(["ToolServer"])
 
@@ -110,6 +122,17 @@ for (const e of edges) {
   if (a !== undefined && b !== undefined && b > a) {
     problems.push(`${e.file} imports ${e.target}: ${LAYERS[a]!.name} (${e.from}) must not import ${LAYERS[b]!.name} (${e.to})`)
   }
+}
+
+// Reach-ins: an import of a capability's file other than its front doors.
+for (const e of edges) {
+  if (!CAPABILITIES.has(e.to)) continue
+  const doors = [`${e.to}.ts`, path.join(e.to, "Api.ts"), path.join(e.to, "Queries.ts")]
+  if (doors.includes(e.target) || FRONT_DOOR_EXCEPTIONS.has(`${e.file} -> ${e.target}`)) continue
+  problems.push(
+    `${e.file} imports ${e.target}: outside ${e.to}, import only its front doors (${doors.join(", ")}); ` +
+      `export what is needed from ${e.to}.ts, or put the SQL fragment in ${e.to}/Queries.ts`
+  )
 }
 
 // Strongly connected components of the unit graph (Tarjan).

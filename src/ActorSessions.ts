@@ -25,7 +25,7 @@ import type { Principal } from "./Kernel/Principal.js"
 import { sharedBy, Shares } from "./Kernel/Shares.js"
 import { actingUser } from "./Kernel/UnitOfWork.js"
 import { Destinations } from "./Outbound/Destinations.js"
-import { PlatformRepo } from "./Platform/Repo.js"
+import { PlatformRepo } from "./Platform.js"
 
 /** Contract part 8: an actor request token lives at most 5 minutes. */
 export const ACTOR_TOKEN_SECONDS = 300

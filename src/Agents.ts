@@ -8,6 +8,7 @@ import { createHash } from "node:crypto"
 
 import { Clock, Effect, Option, ParseResult, type Redacted, Schema } from "effect"
 
+import type { RevisionContext } from "./Agents/Queries.js"
 import * as Repo from "./Agents/Repo.js"
 import { Secrets } from "./Crypto/Secrets.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -133,7 +134,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
 
     /** A profile's credential from its sealed columns (none when it has none). */
     const unseal = (
-      row: Pick<Repo.RevisionContext, "credential_ciphertext" | "credential_iv" | "credential_tag"> | undefined,
+      row: Pick<RevisionContext, "credential_ciphertext" | "credential_iv" | "credential_tag"> | undefined,
       profileId: string
     ) =>
       Effect.gen(function*() {
@@ -243,7 +244,7 @@ export class Agents extends Effect.Service<Agents>()("Agents", {
       /** A run's pinned revision with its model profile (none when it is gone). */
       revisionContext: (revisionId: string) => dieOnSqlError(repo.revisionContext(revisionId)),
       /** The credential of a revision context's model profile, decrypted. */
-      credentialOfContext: (context: Repo.RevisionContext) => unseal(context, context.model_profile_id),
+      credentialOfContext: (context: RevisionContext) => unseal(context, context.model_profile_id),
       listAgents: (p: Principal, params: Cursor.ListParams) => dieOnSqlError(listAgents(p, params)),
       createAgent: (p: Gated<CellRef>, body: { workspace_id: string; name: string }) => dieOnSqlError(createAgent(p, body)),
       getAgent: (p: Principal, id: string) => dieOnSqlError(Effect.map(agentRow(p, id), Repo.toAgent)),

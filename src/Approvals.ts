@@ -19,7 +19,7 @@ import { conflict, notFound } from "./Kernel/Errors.js"
 import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { afterCommit } from "./Kernel/UnitOfWork.js"
-import { type Commit, RunStore } from "./Runs/RunStore.js"
+import { type Commit, RunStore } from "./Runs.js"
 
 export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   effect: Effect.gen(function*() {
@@ -112,3 +112,6 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
   }),
   dependencies: [ApprovalsRepo.Default, ActorSessions.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Approvals (scripts/layers.ts) ----
+export { ApprovalsRepo } from "./Approvals/Repo.js"

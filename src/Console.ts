@@ -30,9 +30,9 @@ import { UnitOfWork } from "./Kernel/UnitOfWork.js"
 import { Operator } from "./Operator.js"
 import { ProductionRequests } from "./ProductionRequests.js"
 import { Quotas } from "./Quotas.js"
-import { RunStore } from "./Runs/RunStore.js"
+import { RunStore } from "./Runs.js"
 import { Tools } from "./Tools.js"
-import { SigningKeys } from "./Tools/Signing.js"
+import { SigningKeys } from "./Tools.js"
 import { Webhooks } from "./Webhooks.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */

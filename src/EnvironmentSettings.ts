@@ -128,3 +128,6 @@ export class EnvironmentSettings extends Effect.Service<EnvironmentSettings>()("
   }),
   dependencies: [EnvironmentSettingsRepo.Default, Destinations.Default, Agents.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of EnvironmentSettings (scripts/layers.ts) ----
+export { EnvironmentSettingsRepo } from "./EnvironmentSettings/Repo.js"

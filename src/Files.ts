@@ -27,7 +27,7 @@ import type { Principal } from "./Kernel/Principal.js"
 import { asCell, sharedBy, Shares } from "./Kernel/Shares.js"
 import { setResponseHeader } from "./Kernel/UnitOfWork.js"
 import { Platform } from "./Platform.js"
-import { quotaExceeded } from "./Quotas/Exceeded.js"
+import { quotaExceeded } from "./Quotas.js"
 
 export interface Upload {
   readonly file: Multipart.PersistedFile

@@ -34,7 +34,7 @@ import type { Gated } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { actingUser } from "./Kernel/UnitOfWork.js"
 import { MemoryRepo, type MemoryRow, type Place, toItem, type Write } from "./Memory/Repo.js"
-import { quotaExceeded, quotaMessage } from "./Quotas/Exceeded.js"
+import { quotaExceeded, quotaMessage } from "./Quotas.js"
 
 /** What a built-in memory tool answers the agent: an output, or an error it can read. */
 export type ToolAnswer =

@@ -21,10 +21,10 @@ import { auditAbout } from "./Kernel/UnitOfWork.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
 import { type CellWeightRow, OperatorRepo, type PilotRow, type TenantEnvironmentRow } from "./Operator/Repo.js"
 import { applyWeights } from "./Operator/Weights.js"
-import * as KeySecrets from "./Platform/KeySecrets.js"
-import { PlatformRepo } from "./Platform/Repo.js"
-import * as Rows from "./Platform/Rows.js"
-import { RunStore, toRun } from "./Runs/RunStore.js"
+import { KeySecrets } from "./Platform.js"
+import { PlatformRepo } from "./Platform.js"
+import { PlatformRows as Rows } from "./Platform.js"
+import { RunStore, toRun } from "./Runs.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -269,3 +269,8 @@ export class Operator extends Effect.Service<Operator>()("Operator", {
   }),
   dependencies: [Quickstarts.Default, PlatformRepo.Default, OperatorRepo.Default, PlacementsRepo.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Operator (scripts/layers.ts) ----
+export { Quickstarts } from "./Operator/Quickstart.js"
+export { OperatorRepo } from "./Operator/Repo.js"
+export { OperatorToken } from "./Operator/Token.js"

@@ -344,3 +344,9 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
   }),
   dependencies: [PlatformRepo.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Platform (scripts/layers.ts) ----
+export { Auth } from "./Platform/Auth.js"
+export * as KeySecrets from "./Platform/KeySecrets.js"
+export { PlatformRepo } from "./Platform/Repo.js"
+export * as PlatformRows from "./Platform/Rows.js"

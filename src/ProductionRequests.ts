@@ -23,10 +23,10 @@ import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef } from "./Kernel/Principal.js"
 import { auditAbout } from "./Kernel/UnitOfWork.js"
-import { Quickstarts } from "./Operator/Quickstart.js"
-import { OperatorRepo } from "./Operator/Repo.js"
+import { Quickstarts } from "./Operator.js"
+import { OperatorRepo } from "./Operator.js"
 import { type ProductionRequestRow, ProductionRequestsRepo } from "./ProductionRequests/Repo.js"
-import { WebhooksRepo } from "./Webhooks/Repo.js"
+import { WebhooksRepo } from "./Webhooks.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 

@@ -72,3 +72,7 @@ export class Quotas extends Effect.Service<Quotas>()("Quotas", {
   }),
   dependencies: [QuotasRepo.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Quotas (scripts/layers.ts) ----
+export { quotaExceeded, quotaMessage } from "./Quotas/Exceeded.js"
+export { QuotasRepo } from "./Quotas/Repo.js"

@@ -23,7 +23,7 @@ import type { Gated } from "./Kernel/Policy.js"
 import type { Principal } from "./Kernel/Principal.js"
 import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse } from "./Kernel/UnitOfWork.js"
 import { Platform } from "./Platform.js"
-import { quotaExceeded } from "./Quotas/Exceeded.js"
+import { quotaExceeded } from "./Quotas.js"
 import { terminalRunResponse } from "./Runs/Api.js"
 import { EventBus, MISSED } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
@@ -374,3 +374,10 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
 }) {}
 
 export type { RunEvent }
+
+// ---- the front door: what other capabilities and the Runtime use of Runs (scripts/layers.ts) ----
+export { admittedInput } from "./Runs/Input.js"
+export { RunRow, RunStore, toRun } from "./Runs/RunStore.js"
+export type { Commit, UsageRecordInput } from "./Runs/RunStore.js"
+export { stepCommits } from "./Runs/StepCommits.js"
+export type { StepModel } from "./Runs/StepCommits.js"

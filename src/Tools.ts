@@ -205,3 +205,11 @@ export class Tools extends Effect.Service<Tools>()("Tools", {
   }),
   dependencies: [ToolsRepo.Default, Destinations.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Tools (scripts/layers.ts) ----
+export { CallOutcome, Invoker } from "./Tools/Invoker.js"
+export type { CallContext } from "./Tools/Invoker.js"
+export { validate } from "./Tools/JsonSchemas.js"
+export { OperationsRepo } from "./Tools/OperationsRepo.js"
+export type { ToolRow } from "./Tools/Repo.js"
+export { SigningKeys } from "./Tools/Signing.js"

@@ -28,7 +28,7 @@ import type { Gated } from "./Kernel/Policy.js"
 import type { CellRef, Principal } from "./Kernel/Principal.js"
 import { setResponseHeader } from "./Kernel/UnitOfWork.js"
 import { Destinations } from "./Outbound/Destinations.js"
-import { quotaExceeded } from "./Quotas/Exceeded.js"
+import { quotaExceeded } from "./Quotas.js"
 import { type EndpointRow, toDelivery, toEndpoint, WebhooksRepo } from "./Webhooks/Repo.js"
 
 /** A signing secret as Standard Webhooks writes one: `whsec_` + base64 of 32 random bytes. */
@@ -151,3 +151,6 @@ export class Webhooks extends Effect.Service<Webhooks>()("Webhooks", {
   }),
   dependencies: [WebhooksRepo.Default, Secrets.Default, Destinations.Default]
 }) {}
+
+// ---- the front door: what other capabilities and the Runtime use of Webhooks (scripts/layers.ts) ----
+export { WebhooksRepo } from "./Webhooks/Repo.js"

@@ -13,7 +13,7 @@ import { randomUUID } from "node:crypto"
 import { defaultQuotaDefaults } from "../../src/Config/QuotaDefaults.js"
 import * as Rows from "../../src/Database/Rows.js"
 import { EnvironmentName } from "../../src/Kernel/Ids.js"
-import { countAdmission } from "../../src/Quotas/Repo.js"
+import { countAdmission } from "../../src/Quotas/Queries.js"
 import { admissionStatement } from "../../src/Runs/Statements.js"
 
 const Conversation = Schema.Struct({

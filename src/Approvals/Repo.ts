@@ -11,7 +11,7 @@ import * as Rows from "../Database/Rows.js"
 import { type Approval, type ApprovalEvent, ApprovalStatus, approvalTransition } from "../Domain/Approvals.js"
 import { ToolCallOfRun } from "../Domain/Runs.js"
 import { makeId, toIso } from "../Kernel/Ids.js"
-import { WebhooksRepo } from "../Webhooks/Repo.js"
+import { WebhooksRepo } from "../Webhooks.js"
 
 const UserRef = Schema.Struct({ type: Schema.Literal("user"), id: Schema.String })
 

@@ -20,7 +20,7 @@ import { Effect } from "effect"
 
 import { Audit, type AuditRecord } from "../Audit.js"
 import type { Principal } from "../Kernel/Principal.js"
-import { Auth } from "../Platform/Auth.js"
+import { Auth } from "../Platform.js"
 import type { Route } from "./Routes.js"
 import type { RequestState } from "./UnitOfWork.js"
 

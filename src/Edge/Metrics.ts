@@ -16,7 +16,7 @@ import { AuthenticationFailed } from "../Kernel/Errors.js"
 import { RESOURCES, Shares } from "../Kernel/Shares.js"
 import { recordPool, recordShares } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
-import { OperatorToken } from "../Operator/Token.js"
+import { OperatorToken } from "../Operator.js"
 import { matchRoute, ROUTES } from "./Routes.js"
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])

@@ -10,7 +10,7 @@ import * as Rows from "../Database/Rows.js"
 import { type FileObject, FilePurpose } from "../Domain/Files.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
-import { countStorage, releaseStorage } from "../Quotas/Repo.js"
+import { countStorage, releaseStorage } from "../Quotas/Queries.js"
 
 /** The size of one stored slice of a file's bytes (the last one may be shorter). */
 export const FILE_CHUNK_BYTES = 512 * 1024

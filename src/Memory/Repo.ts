@@ -12,7 +12,7 @@ import * as Rows from "../Database/Rows.js"
 import type { MemoryItem, UpdatedBy } from "../Domain/Memory.js"
 import { toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
-import { countStorage, releaseStorage } from "../Quotas/Repo.js"
+import { countStorage, releaseStorage } from "../Quotas/Queries.js"
 
 export const MemoryRow = Schema.Struct({
   key: Schema.String,

@@ -7,7 +7,7 @@ import { OperatorAuth } from "../Kernel/Security.js"
 import { actingOperator } from "../Kernel/UnitOfWork.js"
 import { Operator } from "../Operator.js"
 import { Tools } from "../Tools.js"
-import { SigningKeys } from "../Tools/Signing.js"
+import { SigningKeys } from "../Tools.js"
 import { OperatorToken } from "./Token.js"
 
 export const OperatorAuthLive = Layer.effect(

@@ -13,7 +13,7 @@ import { Cause, Clock, Effect, Exit, Schedule } from "effect"
 import { AppConfig } from "../Config/AppConfig.js"
 import { makeId } from "../Kernel/Ids.js"
 import { traced } from "../Kernel/Spans.js"
-import { WebhooksRepo } from "../Webhooks/Repo.js"
+import { WebhooksRepo } from "../Webhooks.js"
 import { PurgeRepo } from "./PurgeRepo.js"
 import { type DeletionJobRow, toDeletionJob } from "./Rows.js"
 

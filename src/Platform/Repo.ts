@@ -11,38 +11,16 @@ import { notFound } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import type { Scope } from "../Kernel/Scopes.js"
+import { Authorization, authorizationOf, authorizationQuery } from "./Queries.js"
 import { ApiKeyRow, DeletionJobRow, EnvironmentRow, KeyLookupRow, ServiceActorRow, TenantRow, UserRow } from "./Rows.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
-export const Authorization = Schema.Literal("active", "revoked", "deleted")
-export type Authorization = typeof Authorization.Type
 const AuthorizationRow = Schema.Struct({ authorization: Authorization })
 const GenerationRow = Schema.Struct({ cell_generation: Schema.Number })
 const WorkspaceIdRow = Schema.Struct({ workspace_id: Schema.String })
 
 const API_KEY_COLUMNS =
   "id, tenant_id, environment, name, kind, prefix, scopes, parent_key_id, service_actor_id, created_at, revoked_at, expires_at, rotated_from"
-
-/**
- * The authorization of a run's key (and acting user) at `at`: a row with `authorization` (see
- * `PlatformRepo.authorization`), none when the key does not exist. A query of its own, so that the
- * run actor's first dispatch can read it with the rest of what it needs (src/Runtime/DispatchReads.ts).
- */
-export const authorizationQuery = (sql: SqlClient.SqlClient, keyId: string, userId: string | null, at: Date) =>
-  sql`SELECT CASE
-               WHEN t.status <> 'active' OR e.state IN ('deleting', 'deleted') THEN 'deleted'
-               WHEN k.revoked_at IS NOT NULL OR k.expires_at <= ${at} OR e.state <> 'ready' THEN 'revoked'
-               WHEN ${userId}::text IS NOT NULL AND NOT EXISTS (
-                 SELECT 1 FROM users u WHERE u.id = ${userId} AND u.status <> 'deleted' AND u.deleted_at IS NULL) THEN 'revoked'
-               ELSE 'active'
-             END AS authorization
-      FROM api_keys k
-      JOIN tenants t ON t.id = k.tenant_id
-      JOIN environments e ON e.tenant_id = k.tenant_id AND e.name = k.environment
-      WHERE k.id = ${keyId}`
-
-/** The authorization read (none: the key no longer exists, so it may not act). */
-export const authorizationOf = (read: Authorization | null | undefined): Authorization => read ?? "revoked"
 
 export class PlatformRepo extends Effect.Service<PlatformRepo>()("PlatformRepo", {
   effect: Effect.gen(function*() {

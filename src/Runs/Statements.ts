@@ -12,8 +12,9 @@ import { Effect, Schema } from "effect"
 import * as Rows from "../Database/Rows.js"
 import * as RunState from "../Domain/RunState.js"
 import { EnvironmentName, makeId } from "../Kernel/Ids.js"
-import { countRunCommit } from "../Quotas/Repo.js"
+import { countRunCommit } from "../Quotas/Queries.js"
 import type { Plan } from "./Commit.js"
+import { itemsQuery } from "./Queries.js"
 import { type Admission, ConversationRow, EventRow, RunRow } from "./RunStore.js"
 
 /** Row shapes decoded on hot paths, made once (a schema made per call is compiled per call). */
@@ -51,21 +52,6 @@ export const insertConversation = (
 /** The run with its last event's id. */
 export const run = (sql: SqlClient.SqlClient, id: string) =>
   sql`SELECT ${sql.literal(RUN_COLUMNS)} FROM runs r WHERE r.id = ${id}`.pipe(Rows.first(RunRow))
-
-/**
- * The conversation's window (`RunStore.items`), unordered: rows of `item` and `position`. A query of
- * its own, so that the run actor's first dispatch can read it with the rest of what it needs
- * (src/Runtime/DispatchReads.ts).
- */
-export const itemsQuery = (sql: SqlClient.SqlClient, conversationId: string, budgetBytes: number) =>
-  sql`WITH sized AS (
-        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
-        FROM conversation_items WHERE conversation_id = ${conversationId}
-      )
-      SELECT item, position FROM sized
-      WHERE newer_bytes <= ${budgetBytes}
-         OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
-                         WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')`
 
 /** The conversation's window in order (`RunStore.items`). */
 export const items = (sql: SqlClient.SqlClient, conversationId: string, budgetBytes: number) =>

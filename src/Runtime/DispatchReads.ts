@@ -11,11 +11,11 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Context, Effect, Layer, Schema } from "effect"
 
 import { Agents } from "../Agents.js"
-import { RevisionContext, revisionContextQuery } from "../Agents/Repo.js"
+import { RevisionContext, revisionContextQuery } from "../Agents/Queries.js"
 import { Platform } from "../Platform.js"
-import { Authorization, authorizationOf, authorizationQuery } from "../Platform/Repo.js"
-import { RunStore } from "../Runs/RunStore.js"
-import { itemsQuery } from "../Runs/Statements.js"
+import { Authorization, authorizationOf, authorizationQuery } from "../Platform/Queries.js"
+import { RunStore } from "../Runs.js"
+import { itemsQuery } from "../Runs/Queries.js"
 
 /** The run as these reads need it. */
 export interface Dispatched {

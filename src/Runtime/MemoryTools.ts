@@ -13,8 +13,8 @@ import type { MemoryToolName } from "../Domain/Memory.js"
 import { Trigger } from "../Domain/RunState.js"
 import { traced } from "../Kernel/Spans.js"
 import { Memory, type ToolAnswer } from "../Memory.js"
-import type { Commit, UsageRecordInput } from "../Runs/RunStore.js"
-import type { Next, ProposedCall, ToolCallEnv } from "./ToolCalls.js"
+import type { Commit, UsageRecordInput } from "../Runs.js"
+import type { Next, ProposedCall, ToolCallEnv } from "./ToolCallEnv.js"
 
 export const resolveMemoryTool = (env: ToolCallEnv, call: ProposedCall & { readonly name: MemoryToolName }) =>
   Effect.gen(function*() {

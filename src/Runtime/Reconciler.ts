@@ -12,10 +12,10 @@ import { GetGeneration } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { traced } from "../Kernel/Spans.js"
-import { RunStore } from "../Runs/RunStore.js"
+import { RunStore } from "../Runs.js"
 import { reconciliationUrl, Tools } from "../Tools.js"
-import { Invoker } from "../Tools/Invoker.js"
-import { OperationsRepo } from "../Tools/OperationsRepo.js"
+import { Invoker } from "../Tools.js"
+import { OperationsRepo } from "../Tools.js"
 import { actorOf, deliveriesEndBy, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {

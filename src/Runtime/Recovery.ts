@@ -18,7 +18,7 @@ import { type CellId, cellKey, ResumeRuns } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { traced } from "../Kernel/Spans.js"
-import { RunStore } from "../Runs/RunStore.js"
+import { RunStore } from "../Runs.js"
 
 /** The unfinished runs by cell: `owned` keeps only the cells whose shard this runner holds. */
 const openByCell = (owned: boolean) =>

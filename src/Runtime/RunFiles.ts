@@ -12,8 +12,8 @@ import { filenameProblem, isMediaType } from "../Domain/Files.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files, type StorageFull } from "../Files.js"
 import { makeId } from "../Kernel/Ids.js"
-import { quotaMessage } from "../Quotas/Exceeded.js"
-import type { Commit, RunRow } from "../Runs/RunStore.js"
+import { quotaMessage } from "../Quotas.js"
+import type { Commit, RunRow } from "../Runs.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 

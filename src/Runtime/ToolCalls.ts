@@ -20,42 +20,23 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Duration, Effect } from "effect"
 
-import { ApprovalsRepo } from "../Approvals/Repo.js"
+import { ApprovalsRepo } from "../Approvals.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import type { ConversationItem } from "../Domain/Conversation.js"
 import { isMemoryTool } from "../Domain/Memory.js"
 import { Trigger } from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
 import { annotateSpan, traced } from "../Kernel/Spans.js"
-import type { Commit, RunRow, UsageRecordInput } from "../Runs/RunStore.js"
+import type { Commit, RunRow, UsageRecordInput } from "../Runs.js"
 import { joinUrl, reconciliationUrl } from "../Tools.js"
-import { type CallContext, CallOutcome, Invoker } from "../Tools/Invoker.js"
-import { validate } from "../Tools/JsonSchemas.js"
-import { OperationsRepo } from "../Tools/OperationsRepo.js"
-import type { ToolRow } from "../Tools/Repo.js"
+import { type CallContext, CallOutcome, Invoker } from "../Tools.js"
+import { validate } from "../Tools.js"
+import { OperationsRepo } from "../Tools.js"
+import type { ToolRow } from "../Tools.js"
 import { resolveMemoryTool } from "./MemoryTools.js"
+import type { Next, ProposedCall, ToolCallEnv } from "./ToolCallEnv.js"
 
-export type ProposedCall = Extract<ConversationItem, { type: "tool_call" }>
-
-/** What the actor does after a call: go on, or stop (waiting for a human, or the run is over). */
-export type Next = "continue" | "stop"
-
-export interface ToolCallEnv {
-  readonly row: RunRow
-  readonly tools: ReadonlyArray<ToolRow>
-  readonly cellGeneration: number
-  /** Commits to the run; false when the state machine refused (someone else changed the run). */
-  readonly commit: (...commits: ReadonlyArray<Commit>) => Effect.Effect<boolean, SqlError>
-  /** Whether the run's key and user may still dispatch. */
-  /** The trigger that ends the run when its key, user or environment may no longer act (undefined: go on). */
-  readonly unauthorized: Effect.Effect<Trigger | undefined, SqlError>
-  /** Asks the cell to revive the actor at this time (approval expiry). */
-  readonly wakeAt: (at: Date) => Effect.Effect<void>
-  /** The revision offers the built-in memory tools (D14, src/Runtime/MemoryTools.ts). */
-  readonly memory: boolean
-  /** The cell's `storage_bytes` quota now (D20: `memory_put` values count toward it). */
-  readonly storageLimit: Effect.Effect<number>
-}
+export type { Next, ProposedCall, ToolCallEnv } from "./ToolCallEnv.js"
 
 /** Tool calls proposed but not yet answered, in order. */
 export const unresolved = (items: ReadonlyArray<ConversationItem>): ReadonlyArray<ProposedCall> => {

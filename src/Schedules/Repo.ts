@@ -11,8 +11,8 @@ import { CreateRun } from "../Domain/Runs.js"
 import { type Schedule, type ScheduledRun, ScheduleStatus } from "../Domain/Schedules.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
-import { countLevel, releaseLevel } from "../Quotas/Repo.js"
-import { RunRow, toRun } from "../Runs/RunStore.js"
+import { countLevel, releaseLevel } from "../Quotas/Queries.js"
+import { RunRow, toRun } from "../Runs.js"
 
 export const ScheduleRow = Schema.Struct({
   id: Schema.String,

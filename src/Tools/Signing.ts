@@ -20,7 +20,7 @@ import { Secrets } from "../Crypto/Secrets.js"
 import { dieOnSqlError } from "../Database/Defects.js"
 import type { CellRef } from "../Kernel/Principal.js"
 import { afterCommit } from "../Kernel/UnitOfWork.js"
-import { PlatformRepo } from "../Platform/Repo.js"
+import { PlatformRepo } from "../Platform.js"
 import { SigningRepo } from "./SigningRepo.js"
 
 /** Seconds a retired key stays published beyond the life of the last token it signed. */

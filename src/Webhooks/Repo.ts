@@ -12,7 +12,7 @@ import { DeliveryStatus, KEPT_ATTEMPTS, WebhookEventType } from "../Domain/Webho
 import type { WebhookAttempt, WebhookEventType as EventType } from "../Domain/Webhooks.js"
 import { EnvironmentName, toIso } from "../Kernel/Ids.js"
 import type { CellRef } from "../Kernel/Principal.js"
-import { countLevel, releaseLevel } from "../Quotas/Repo.js"
+import { countLevel, releaseLevel } from "../Quotas/Queries.js"
 
 export const EndpointRow = Schema.Struct({
   id: Schema.String,
