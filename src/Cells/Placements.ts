@@ -40,6 +40,8 @@ export const PlacementRow = Schema.Struct({
 })
 export type PlacementRow = typeof PlacementRow.Type
 
+const CountRow = Schema.Struct({ n: Schema.Number })
+
 export class PlacementsRepo extends Effect.Service<PlacementsRepo>()("PlacementsRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -69,9 +71,17 @@ export class PlacementsRepo extends Effect.Service<PlacementsRepo>()("Placements
 
     /** Whether the cell runs on a live runner. */
     const isPlaced = (cell: CellId, expirationSeconds: number) =>
-      sql<{ n: number }>`SELECT count(*)::int AS n FROM cell_placements p JOIN cluster_runners r ON r.address = p.runner
+      sql`SELECT count(*)::int AS n FROM cell_placements p JOIN cluster_runners r ON r.address = p.runner
           WHERE p.tenant_id = ${cell.tenantId} AND p.environment = ${cell.environment} AND ${alive(expirationSeconds)}`.pipe(
-        Effect.map((rows) => rows[0].n > 0)
+        Rows.single(CountRow),
+        Effect.map((row) => row.n > 0)
+      )
+
+    /** Whether the runner at `address` has registered (its row in cluster_runners, written as it starts). */
+    const isRegistered = (address: string) =>
+      sql`SELECT count(*)::int AS n FROM cluster_runners WHERE address = ${address}`.pipe(
+        Rows.single(CountRow),
+        Effect.map((row) => row.n > 0)
       )
 
     /**
@@ -82,6 +92,6 @@ export class PlacementsRepo extends Effect.Service<PlacementsRepo>()("Placements
       sql`WITH old AS (DELETE FROM cluster_messages WHERE processed AND id < ${before.toString()} RETURNING request_id)
           DELETE FROM cluster_replies WHERE request_id IN (SELECT request_id FROM old)`.pipe(Rows.none)
 
-    return { placed, removed, runners, placements, isPlaced, pruneMessages }
+    return { placed, removed, runners, placements, isPlaced, isRegistered, pruneMessages }
   })
 }) {}

@@ -14,7 +14,7 @@
  * of whoever built the service (src/Runtime/CellsLive.ts).
  */
 import { MachineId, RunnerAddress, type ShardingConfig, Snowflake } from "@effect/cluster"
-import { SqlClient } from "@effect/sql"
+import { type SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, ConfigProvider, Context, DefaultServices, Duration, Effect, Exit, Layer, Option, Ref, Scope } from "effect"
 import * as net from "node:net"
@@ -113,22 +113,18 @@ export const ClusterLive = Layer.unwrapEffect(
     const node = Layer.scoped(
       ClusterNode,
       Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
         const joined = yield* Ref.make(false)
         const me = `${host}:${port}`
+        const placements = yield* PlacementsRepo
         // Registered: its row in cluster_runners (written by the runner as it starts).
         yield* Effect.gen(function*() {
           while (!(yield* Ref.get(joined))) {
-            const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM cluster_runners WHERE address = ${me}`.pipe(
-              Effect.orElseSucceed(() => [{ n: 0 }])
-            )
-            if (rows[0].n > 0) yield* Ref.set(joined, true)
+            if (yield* placements.isRegistered(me).pipe(Effect.orElseSucceed(() => false))) yield* Ref.set(joined, true)
             else yield* realPause(100)
           }
           yield* Effect.logInfo(`cluster runner ${me} joined`)
         }).pipe(Effect.forkScoped)
         // Processed cluster messages (the cells' keep-alives) older than a day go, every 10 minutes.
-        const placements = yield* PlacementsRepo
         yield* Effect.gen(function*() {
           while (true) {
             yield* realPause(10 * 60_000)
