@@ -1,7 +1,7 @@
 /**
  * Quotas (D16). The cell holds its limits beside its rate limiter (`GetQuotaLimits`; restored with
  * the cell, reloaded when an operator sets one); the counters are in Postgres, changed only by the
- * statements of what they count (src/Quotas/Repo.ts), so they hold across processes and restarts.
+ * statements of what they count (src/Quotas/Queries.ts), so they hold across processes and restarts.
  */
 import { Clock, Effect } from "effect"
 

@@ -68,7 +68,7 @@ export class CloseStream extends Schema.TaggedClass<CloseStream>()("CloseStream"
 
 /**
  * The cell's quota limits (D16), held beside its rate limiter: an admission (a run, an upload)
- * counts against them in its own statement (src/Quotas/Repo.ts).
+ * counts against them in its own statement (src/Quotas/Queries.ts).
  */
 export class GetQuotaLimits extends Schema.TaggedClass<GetQuotaLimits>()("GetQuotaLimits", {}) {}
 

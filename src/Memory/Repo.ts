@@ -1,6 +1,6 @@
 /**
  * SQL of workspace memory (D14, migration 0014). Rows decoded; no service logic. A value's size
- * (the UTF-8 bytes of its stored JSON) counts in the cell's `storage_bytes` (D20, src/Quotas/Repo.ts):
+ * (the UTF-8 bytes of its stored JSON) counts in the cell's `storage_bytes` (D20, src/Quotas/Queries.ts):
  * a write holds its workspace first (`hold`, until its transaction ends), so the writes of a
  * workspace are one at a time and each reads the version and size it replaces; the write then
  * counts the difference, in its own statement, only while it fits; a delete gives the bytes back.

@@ -6,7 +6,7 @@ import { Effect } from "effect"
  *
  * - `quota_limits.name` admits `webhook_endpoints` (at most 16 by default) and `schedules` (100).
  * - `quota_usage.webhook_endpoints` and `quota_usage.schedules`: how many the environment has,
- *   changed by the statements that create and delete them (src/Quotas/Repo.ts `countLevel`,
+ *   changed by the statements that create and delete them (src/Quotas/Queries.ts `countLevel`,
  *   `releaseLevel`), so they cannot drift; existing environments get them from what exists.
  */
 export default Effect.gen(function*() {
