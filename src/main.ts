@@ -105,6 +105,23 @@ process.on("uncaughtException", (error) => {
   process.exit(1)
 })
 
+/** How long stopping may take once the embedded Postgres died, before the process exits anyway. */
+const LOST_STOP_MILLIS = 10_000
+
 // Serves until interrupted (SIGINT/SIGTERM: graceful shutdown, exit 0), or until the embedded
-// Postgres dies under it (shutdown, then exit 1).
-Effect.flatMap(DatabaseWatch, (watch) => watch.lost).pipe(Effect.provide(MainLive), NodeRuntime.runMain)
+// Postgres dies under it (shutdown, then exit 1). With the database gone, a finalizer that still
+// wants it (the cluster runner leaving, a reconnecting listener) could hold the process for good
+// (a CI run saw one do so, 30 s and more): stopping gets LOST_STOP_MILLIS, then the process exits
+// 1 all the same, and a supervisor restarts both.
+Effect.flatMap(DatabaseWatch, (watch) => watch.lost).pipe(
+  Effect.tapError((lost) =>
+    Effect.sync(() =>
+      setTimeout(() => {
+        console.error(`${lost.message}; stopping took longer than ${LOST_STOP_MILLIS / 1000} s: exiting now`)
+        process.exit(1)
+      }, LOST_STOP_MILLIS).unref()
+    )
+  ),
+  Effect.provide(MainLive),
+  NodeRuntime.runMain
+)
