@@ -31,8 +31,7 @@ import { Operator } from "./Operator.js"
 import { ProductionRequests } from "./ProductionRequests.js"
 import { Quotas } from "./Quotas.js"
 import { RunStore } from "./Runs.js"
-import { Tools } from "./Tools.js"
-import { SigningKeys } from "./Tools.js"
+import { SigningKeys, Tools } from "./Tools.js"
 import { Webhooks } from "./Webhooks.js"
 
 /** A request the console refuses, with the page's status and what it tells the member. */
@@ -322,6 +321,13 @@ export class Console extends Effect.Service<Console>()("Console", {
         yield* repo.markMfa(S.digest(token), at)
       })
 
+    /** A secret is made only within FRESH_MFA_MS of the session's TOTP step (403 otherwise); now, in ms. */
+    const freshMfa = (m: Member, what: "key" | "token") =>
+      Effect.flatMap(Clock.currentTimeMillis, (at) =>
+        m.mfaAt === null || at - m.mfaAt.getTime() > FRESH_MFA_MS
+          ? refuse(403, `Enter a current two-factor code to create a ${what}.`)
+          : Effect.succeed(at))
+
     /** The member's organization (404 for any other: a member sees nothing of another organization). */
     const organizationOf = (m: Member, organizationId: string) =>
       Effect.gen(function*() {
@@ -422,10 +428,7 @@ export class Console extends Effect.Service<Console>()("Console", {
     const createKey = (m: Member, organizationId: string, name: string) =>
       Effect.gen(function*() {
         if (!m.enrolled) return yield* refuse(403, "Set up two-factor authentication before creating a key.")
-        const at = yield* Clock.currentTimeMillis
-        if (m.mfaAt === null || at - m.mfaAt.getTime() > FRESH_MFA_MS) {
-          return yield* refuse(403, "Enter a current two-factor code to create a key.")
-        }
+        yield* freshMfa(m, "key")
         const tenantId = yield* readyTenant(m, organizationId)
         const keyName = name.trim().length > 0 && name.trim().length <= 200 ? name.trim() : "Console key"
         const key = yield* sql.withTransaction(Effect.gen(function*() {
@@ -680,10 +683,7 @@ export class Console extends Effect.Service<Console>()("Console", {
     const createOperatorToken = (m: Member, name: string) =>
       Effect.gen(function*() {
         yield* asOperator(m)
-        const at = yield* Clock.currentTimeMillis
-        if (m.mfaAt === null || at - m.mfaAt.getTime() > FRESH_MFA_MS) {
-          return yield* refuse(403, "Enter a current two-factor code to create a token.")
-        }
+        const at = yield* freshMfa(m, "token")
         const tokenName = name.trim()
         if (tokenName.length === 0 || tokenName.length > 200) return yield* refuse(400, "Name the token (at most 200 characters).")
         const secret = `${OPERATOR_TOKEN_PREFIX}${S.token()}`

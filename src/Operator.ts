@@ -21,9 +21,7 @@ import { auditAbout } from "./Kernel/UnitOfWork.js"
 import { Quickstarts } from "./Operator/Quickstart.js"
 import { type CellWeightRow, OperatorRepo, type PilotRow, type TenantEnvironmentRow } from "./Operator/Repo.js"
 import { applyWeights } from "./Operator/Weights.js"
-import { KeySecrets } from "./Platform.js"
-import { PlatformRepo } from "./Platform.js"
-import { PlatformRows as Rows } from "./Platform.js"
+import { KeySecrets, PlatformRepo, PlatformRows as Rows } from "./Platform.js"
 import { RunStore, toRun } from "./Runs.js"
 
 const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))

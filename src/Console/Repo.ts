@@ -54,6 +54,8 @@ export const OperatorTokenRow = Schema.Struct({
 })
 export type OperatorTokenRow = typeof OperatorTokenRow.Type
 
+const TokenAccountRow = Schema.Struct({ id: Schema.String, account_id: Schema.String })
+
 export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -213,23 +215,17 @@ export class ConsoleRepo extends Effect.Service<ConsoleRepo>()("ConsoleRepo", {
 
     /**
      * The operator account a live token acts for (its account still an operator's, TOTP enrolled),
-     * its use stamped at most once a minute; undefined for any other token.
+     * its use stamped at most once a minute; undefined for any other token. One statement.
      */
     const operatorOfToken = (tokenHash: Buffer, at: Date) =>
-      sql`UPDATE operator_tokens t SET last_used_at = ${at}
-          FROM console_accounts a
-          WHERE t.token_hash = ${tokenHash} AND t.revoked_at IS NULL AND a.id = t.account_id
-            AND a.kind = 'operator' AND a.totp_enrolled_at IS NOT NULL
-            AND (t.last_used_at IS NULL OR t.last_used_at < ${new Date(at.getTime() - 60_000)})
-          RETURNING t.id, t.account_id`.pipe(
-        Rows.maybe(Schema.Struct({ id: Schema.String, account_id: Schema.String })),
-        Effect.flatMap((stamped) =>
-          stamped !== undefined ? Effect.succeed(stamped) : sql`SELECT t.id, t.account_id FROM operator_tokens t
-              JOIN console_accounts a ON a.id = t.account_id
-              WHERE t.token_hash = ${tokenHash} AND t.revoked_at IS NULL AND a.kind = 'operator'
-                AND a.totp_enrolled_at IS NOT NULL`.pipe(Rows.maybe(Schema.Struct({ id: Schema.String, account_id: Schema.String })))
-        )
-      )
+      sql`WITH live AS (
+            SELECT t.id, t.account_id, t.last_used_at FROM operator_tokens t JOIN console_accounts a ON a.id = t.account_id
+            WHERE t.token_hash = ${tokenHash} AND t.revoked_at IS NULL AND a.kind = 'operator' AND a.totp_enrolled_at IS NOT NULL
+          ), stamped AS (
+            UPDATE operator_tokens t SET last_used_at = ${at} FROM live
+            WHERE t.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < ${new Date(at.getTime() - 60_000)})
+          )
+          SELECT id, account_id FROM live`.pipe(Rows.maybe(TokenAccountRow))
 
     return {
       insertOperatorToken,

@@ -18,6 +18,7 @@ import { recordPool, recordShares } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
 import { OperatorToken } from "../Operator.js"
 import { matchRoute, ROUTES } from "./Routes.js"
+import { requestState } from "./UnitOfWork.js"
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 
@@ -70,7 +71,9 @@ export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
       "/metrics",
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        if ((yield* token.whoIs(bearerToken(request.headers["authorization"]))) === undefined) {
+        // the pipeline resolved the token already (one lookup of a personal token per request); else now
+        const who = (yield* requestState)?.operator ?? (yield* token.whoIs(bearerToken(request.headers["authorization"])))
+        if (who === undefined) {
           return yield* new AuthenticationFailed({ code: "invalid_operator_token", message: "Invalid operator token" })
         }
         // the pool's counts are read now, not sampled: a scrape sees the pool as it is

@@ -44,7 +44,6 @@ import {
 } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
-import { currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { asCell, Shares } from "../Kernel/Shares.js"
 import { annotateSpan } from "../Kernel/Spans.js"
 import { recordRequest } from "../Observability/Metrics.js"
@@ -420,8 +419,8 @@ const operatorAuthLimited = (state: RequestState, address: string) =>
     const who = credential === undefined ? undefined : yield* (yield* OperatorToken).whoIs(bearerToken(credential))
     if (who === undefined) return yield* clients.spend(address)
     yield* clients.vouch(credential!)
-    // a personal token's requests are audited with its operator account's id (issue 39)
-    if (who !== "operator") state.operatorAccount = who
+    // the operator plane's authentication and audit read it (a personal token: its account's id, issue 39)
+    state.operator = who
   })
 
 /** The environment an operator request is about: its path's, else the one its handler named. */
@@ -429,7 +428,7 @@ const operatorSubject = (trail: AuditTrail.Trail, state: RequestState): AuditTra
   const tenantId = trail.params["tenant_id"]
   const environment = trail.params["environment"]
   const cell = tenantId !== undefined && isEnvironmentName(environment) ? { tenantId, environment } : state.auditSubject
-  const actor = state.operatorAccount === undefined ? AuditTrail.OPERATOR : { type: "operator" as const, id: state.operatorAccount }
+  const actor = state.operator === undefined ? AuditTrail.OPERATOR : { type: "operator" as const, id: state.operator }
   return cell === undefined ? undefined : { cell, actor, keyId: null }
 }
 
@@ -528,7 +527,14 @@ const served = <R>(
   tenant: string | undefined
 ) =>
   Effect.gen(function*() {
-    const state: RequestState = { requestId: requestIdOf(request.headers["x-request-id"]), headers: {}, principal: undefined }
+    const state: RequestState = {
+      requestId: requestIdOf(request.headers["x-request-id"]),
+      // its cell calls give up within the send timeout of its arrival at the server, whatever it
+      // waited for since (its cell's turn): src/Kernel/RequestId.ts
+      startedAt: arrivals.get(NodeHttpServerRequest.toIncomingMessage(request)) ?? Date.now(),
+      headers: {},
+      principal: undefined
+    }
     // The request's span (when tracing) carries the id its log lines and answer carry, and names
     // its operation, route template and tenant (never a raw path's ids).
     yield* annotateSpan(spanAttributes(state.requestId, operation, tenant))
@@ -589,10 +595,6 @@ export const cellLanes = HttpMiddleware.make((app) =>
     if (match === null) return app
     const [, tenantId, environment] = match
     const key = environment === undefined ? tenantId! : cellKey({ tenantId: tenantId!, environment })
-    // the request's cell calls give up within the send timeout of its arrival (src/Kernel/RequestId.ts)
-    const arrived = arrivals.get(NodeHttpServerRequest.toIncomingMessage(request)) ?? Date.now()
-    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app))).pipe(
-      Effect.locally(currentRequestStartedAt, arrived)
-    )
+    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app)))
   })
 )

@@ -72,7 +72,7 @@ const refuseStopping = (res: ServerResponse) => {
 
 /**
  * When each request reached the server (its `request` event), before anything of the service ran
- * for it: a request's cell calls give up within the send timeout of this (Pipeline's `cellLanes`).
+ * for it: a request's cell calls give up within the send timeout of this (Pipeline's `served`).
  */
 export const arrivals = new WeakMap<IncomingMessage, number>()
 

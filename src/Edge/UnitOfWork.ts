@@ -19,6 +19,8 @@ import type { Gate } from "./Idempotency.js"
 
 export interface RequestState {
   readonly requestId: string
+  /** when the request reached the server (`Date.now()`): its calls to cells give up within the send timeout of it */
+  readonly startedAt: number
   /** headers the pipeline adds to the final response (Location, Retry-After, RateLimit...) */
   readonly headers: Record<string, string>
   /** set by the pipeline once the service key is authenticated */
@@ -33,24 +35,19 @@ export interface RequestState {
   continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
   /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
   auditSubject?: CellRef | undefined
-  /** an operator request with a personal token (issue 39): its operator account's id (else the shared token's `operator`) */
-  operatorAccount?: string | undefined
+  /** an operator request, once its token is resolved: `operator` (the shared token) or the operator account's id (issue 39) */
+  operator?: string | undefined
 }
 
 const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
 
-/**
- * Runs `effect` as the work of the request of `state`. Its cell calls' deadline counts from when
- * the request arrived: the outermost middleware (`cellLanes`) marks that for a cell's path (before
- * it waits for its cell's turn); otherwise it starts now.
- */
+/** Runs `effect` as the work of the request of `state`. */
 export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.flatMap(FiberRef.get(currentRequestStartedAt), (arrived) =>
-    effect.pipe(
-      Effect.locally(currentState, state),
-      Effect.locally(currentRequestId, state.requestId),
-      Effect.locally(currentRequestStartedAt, arrived === 0 ? Date.now() : arrived)
-    ))
+  effect.pipe(
+    Effect.locally(currentState, state),
+    Effect.locally(currentRequestId, state.requestId),
+    Effect.locally(currentRequestStartedAt, state.startedAt)
+  )
 
 /** The state of the request the calling fiber serves (undefined outside one). */
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)
@@ -98,7 +95,7 @@ const unitOfWork: UnitOfWorkShape = {
       })
     ),
   actingUser: Effect.map(FiberRef.get(currentState), (state) => state?.actingUser),
-  operator: Effect.map(FiberRef.get(currentState), (state) => state?.operatorAccount ?? "operator")
+  operator: Effect.map(FiberRef.get(currentState), (state) => state?.operator)
 }
 
 /** The node's `UnitOfWork`: the request the calling fiber serves, or a unit of its own. */

@@ -64,8 +64,11 @@ export interface UnitOfWorkShape {
   readonly about: (cell: CellRef) => Effect.Effect<void>
   /** The user of the request's valid actor token, if the edge resolved one. */
   readonly actingUser: Effect.Effect<ActingUser | undefined>
-  /** Who an operator request acts as: `operator` (the shared token) or an operator account's id (issue 39). */
-  readonly operator: Effect.Effect<string>
+  /**
+   * Who an operator request acts as, once the edge resolved its token: `operator` (the shared
+   * token) or an operator account's id (issue 39); undefined before that, or outside one.
+   */
+  readonly operator: Effect.Effect<string | undefined>
 }
 
 export class UnitOfWork extends Context.Tag("UnitOfWork")<UnitOfWork, UnitOfWorkShape>() {}
@@ -86,8 +89,8 @@ export const answerAfterCommit = (
 /** Names the environment the current operator request is about (its audit entry). */
 export const auditAbout = (cell: CellRef): Effect.Effect<void, never, UnitOfWork> => Effect.flatMap(UnitOfWork, (work) => work.about(cell))
 
-/** Who the current operator request acts as (`operator` outside one). */
-export const actingOperator: Effect.Effect<string, never, UnitOfWork> = Effect.flatMap(UnitOfWork, (work) => work.operator)
+/** Who the current operator request acts as, once the edge resolved its token (see `UnitOfWorkShape.operator`). */
+export const actingOperator: Effect.Effect<string | undefined, never, UnitOfWork> = Effect.flatMap(UnitOfWork, (work) => work.operator)
 
 /** The user the current request acts for, if any. */
 export const actingUser: Effect.Effect<ActingUser | undefined, never, UnitOfWork> = Effect.flatMap(UnitOfWork, (work) => work.actingUser)

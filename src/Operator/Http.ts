@@ -4,19 +4,19 @@ import { Api } from "../Api.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
 import * as HttpGroup from "../Kernel/HttpGroup.js"
 import { OperatorAuth } from "../Kernel/Security.js"
-import { actingOperator } from "../Kernel/UnitOfWork.js"
+import { actingOperator, UnitOfWork } from "../Kernel/UnitOfWork.js"
 import { Operator } from "../Operator.js"
-import { Tools } from "../Tools.js"
-import { SigningKeys } from "../Tools.js"
+import { SigningKeys, Tools } from "../Tools.js"
 import { OperatorToken } from "./Token.js"
 
 export const OperatorAuthLive = Layer.effect(
   OperatorAuth,
-  Effect.map(OperatorToken, (token) =>
+  Effect.map(Effect.all([OperatorToken, UnitOfWork]), ([token, work]) =>
     OperatorAuth.of({
+      // the edge resolved the token already (one lookup of a personal token per request); else now
       OperatorToken: (candidate) =>
         Effect.flatMap(
-          token.whoIs(Redacted.value(candidate)),
+          Effect.flatMap(work.operator, (who) => who !== undefined ? Effect.succeed(who) : token.whoIs(Redacted.value(candidate))),
           (who) =>
             who !== undefined
               ? Effect.void
@@ -44,7 +44,9 @@ export const OperatorLive = HttpGroup.group(Api, "operator", (handlers) =>
         }))
       .handle("submitPilotApplication", ({ payload }) => operator.submitPilot(payload))
       .handle("getPilotApplication", ({ path }) => operator.getPilot(path.id))
-      .handle("approvePilotApplication", ({ path }) => Effect.flatMap(actingOperator, (by) => operator.approvePilotBy(path.id, by, null)))
-      .handle("operatorCreateApiKey", ({ path, payload }) => operator.createKey(path.tenant_id, path.environment, payload))
+      .handle("approvePilotApplication", ({ path }) =>
+        Effect.flatMap(actingOperator, (by) => operator.approvePilotBy(path.id, by ?? "operator", null)))
+      .handle("operatorCreateApiKey", ({ path, payload }) =>
+        operator.createKey(path.tenant_id, path.environment, payload))
       .handle("getQuickstart", ({ path }) => operator.getQuickstart(path.tenant_id, path.environment))
   }))

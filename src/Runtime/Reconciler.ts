@@ -13,9 +13,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { traced } from "../Kernel/Spans.js"
 import { RunStore } from "../Runs.js"
-import { reconciliationUrl, Tools } from "../Tools.js"
-import { Invoker } from "../Tools.js"
-import { OperationsRepo } from "../Tools.js"
+import { Invoker, OperationsRepo, reconciliationUrl, Tools } from "../Tools.js"
 import { actorOf, deliveriesEndBy, reconcileOnce } from "./ToolCalls.js"
 
 export const reconcileDue = Effect.gen(function*() {
