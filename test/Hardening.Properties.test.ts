@@ -600,6 +600,8 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
 
   const modes: Array<{ arbitrary: fc.Arbitrary<Case>; weight: number }> = []
   const add = (weight: number, arbitrary: fc.Arbitrary<Case>) => modes.push({ weight, arbitrary })
+  /** The valid request: one is always sent first (fast-check's `examples`), whatever the draw. */
+  let valid: fc.Arbitrary<Case>
 
   // A multipart upload (uploadFile, D13): its own valid and hostile bodies; JSON is refused.
   if (isUpload) {
@@ -611,7 +613,8 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
       fc.tuple(filename, data).map(([filename, data]): Part => ({ name: "file", filename, type: "application/octet-stream", data }))
     const goodName = fc.constantFrom("a.txt", "report 2026.pdf", "données.csv", "x".repeat(255))
     const field = (name: string, value: fc.Arbitrary<string>) => value.map((v): Part => ({ name, data: Buffer.from(v) }))
-    add(4, upload("valid", fc.tuple(field("purpose", purpose), file(goodName))))
+    valid = upload("valid", fc.tuple(field("purpose", purpose), file(goodName)))
+    add(4, valid)
     add(
       1,
       upload(
@@ -682,15 +685,13 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
         make("foreign id", { ...p, tenant_id: foreign.tenantId }, { ...multipart(ps), expected: { statuses: [404] } })
       )
     )
-    return fc.oneof(...modes)
+    return { cases: fc.oneof(...modes), valid }
   }
 
-  add(
-    6,
-    fc.tuple(cleanParams, validBody, validQuery, validHeaders).map(([p, body, q, h]) =>
-      make("valid", p, { query: queryString(q), headers: h, ...(body !== undefined ? { body: json(body)! } : {}) })
-    )
+  valid = fc.tuple(cleanParams, validBody, validQuery, validHeaders).map(([p, body, q, h]) =>
+    make("valid", p, { query: queryString(q), headers: h, ...(body !== undefined ? { body: json(body)! } : {}) })
   )
+  add(6, valid)
   // a hostile path segment in place of one parameter
   if (op.params.length > 0) {
     add(
@@ -949,7 +950,7 @@ const casesOf = (op: Operation, own: Cell, foreign: Cell) => {
       )
     )
   }
-  return fc.oneof(...modes)
+  return { cases: fc.oneof(...modes), valid }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1020,9 +1021,11 @@ const property = (op: Operation) =>
         }
       }
     }
+    const { cases, valid } = casesOf(op, own, b)
     yield* Effect.promise(() =>
-      fc.assert(fc.asyncProperty(casesOf(op, own, b), check), {
-        numRuns: isMutation(op) ? NUM_RUNS.mutation : NUM_RUNS.read
+      fc.assert(fc.asyncProperty(cases, check), {
+        numRuns: isMutation(op) ? NUM_RUNS.mutation : NUM_RUNS.read,
+        examples: [[fc.sample(valid, 1)[0]!]]
       })
     )
     // every operation was reached with real ids and answered, some of it past the edge
