@@ -51,10 +51,10 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
     const config = yield* AppConfig
 
     /**
-     * Appends an entry: one INSERT, in the caller's transaction when there is one, with `along` (a
-     * data-modifying statement of the same request) in the same statement.
+     * Appends an entry: one INSERT, in the caller's transaction when there is one, with `along`
+     * (data-modifying statements of the same request) in the same statement.
      */
-    const record = (entry: AuditRecord, along?: Statement.Fragment) =>
+    const record = (entry: AuditRecord, along?: ReadonlyArray<Statement.Fragment>) =>
       Effect.gen(function*() {
         yield* repo.insert({
           cell: entry.cell,

@@ -564,6 +564,22 @@ export const __profile = async (db: BenchPostgres, svc: Service, mode: string) =
   const from = Date.now()
   const c = Number(process.env["PROFILE_CONNECTIONS"] ?? 16)
   const subject: Subject = { name: "service", cpu: () => cpuMs(svc.pid), background: { xids: 0, statements: 0 } }
+  if (mode === "get") {
+    const [{ id: runId, tenant_id }] = await db.query(`SELECT id, tenant_id FROM runs ORDER BY id DESC LIMIT 1`)
+    const sample = { cell: cells.find((c) => c.tenant === tenant_id) ?? cells[0]! }
+    const got = await measured(db, subject, async () => {
+      const r = await load({
+        url: `${svc.base}${sample.cell.P}/runs/${runId}`,
+        connections: c,
+        duration: 10,
+        headers: { authorization: `Bearer ${sample.cell.key}` }
+      })
+      return { count: r.requests.total }
+    })
+    printCosts("GET", got.costs)
+    for (const s of await db.topStatements(10)) console.log(`    ${(s.calls / got.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
+    return { from, to: Date.now(), count: got.result.count }
+  }
   const m = await measured(db, subject, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
   printCosts("run", m.costs)
   for (const s of await db.topStatements(40)) console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)

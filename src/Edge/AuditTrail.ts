@@ -104,10 +104,17 @@ export const keyHolder = (principal: Principal, state: RequestState): Who => ({
 export const OPERATOR: Who["actor"] = { type: "operator", id: "operator" }
 
 /**
- * The entry of an answer, with `along` (another write of the request: its stored response) in the
- * same statement. Fails only as the database does: in a transaction, it fails the transaction.
+ * The entry of an answer, with `along` (other writes of the request: its stored response, the
+ * writes that ride its commit) in the same statement. Fails only as the database does: in a transaction, it fails the transaction.
  */
-export const write = (trail: Trail, state: RequestState, who: Who, status: number, body: unknown, along?: Statement.Fragment) =>
+export const write = (
+  trail: Trail,
+  state: RequestState,
+  who: Who,
+  status: number,
+  body: unknown,
+  along?: ReadonlyArray<Statement.Fragment>
+) =>
   Effect.flatMap(Audit, (audit) =>
     audit.record({
       ...who,

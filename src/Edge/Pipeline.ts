@@ -22,7 +22,7 @@
  */
 import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Cause, Data, Effect, Exit, Option, Schema, Scope } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
@@ -155,21 +155,41 @@ const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestS
 class RolledBack extends Data.TaggedError("RolledBack")<{ readonly response: HttpServerResponse.HttpServerResponse }> {}
 
 /**
+ * The writes that ride the transaction's last statement (`UnitOfWork.withCommit`), taken by the
+ * statement that sends them.
+ */
+const takeWrites = (state: RequestState): ReadonlyArray<Statement.Fragment> => {
+  const writes = state.withCommit ?? []
+  state.withCommit = []
+  return writes
+}
+
+/**
  * `work` (an answer, decided within) in one transaction, while `state.afterCommit` collects what
- * must wait for the commit, run once it committed. Not kept: `work` refused its answer (RolledBack)
- * or failed (the error's answer); nothing of it was committed.
+ * must wait for the commit, run once it committed, and `state.withCommit` the writes its last
+ * statement sends (when `work` wrote no such statement, they are sent on their own before the
+ * commit). Not kept: `work` refused its answer (RolledBack) or failed (the error's answer);
+ * nothing of it was committed.
  */
 const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerResponse, RolledBack, R>, state: RequestState) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const afterCommit: Array<Effect.Effect<void>> = []
     state.afterCommit = afterCommit
-    const committed = yield* sql.withTransaction(work).pipe(
+    state.withCommit = []
+    const written = Effect.tap(work, () => {
+      const left = takeWrites(state)
+      return left.length === 0 ? Effect.void : Effect.orDie(
+        sql`WITH ${sql.join(", ", false)(left.map((write, i) => sql`${sql.literal(`write${i}`)} AS (${write})`))} SELECT 1`
+      )
+    })
+    const committed = yield* sql.withTransaction(written).pipe(
       Effect.map((response) => ({ response, kept: true })),
       Effect.catchTag("RolledBack", ({ response }) => Effect.succeed({ response, kept: false })),
       Effect.catchAllCause((cause) => Effect.map(escaped(cause, state), (response) => ({ response, kept: false })))
     )
     state.afterCommit = undefined
+    state.withCommit = undefined
     if (committed.kept) {
       for (const after of afterCommit) {
         yield* after.pipe(Effect.catchAllCause((cause) => Effect.logError("work after a commit failed", cause)))
@@ -215,7 +235,7 @@ const transactional = <E, R>(
           fingerprint,
           Idempotency.storedForm(response.status, body, () => AuditTrail.bodyText(response), state.requestId, state.headers)
         )
-        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, stored)
+        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, [stored, ...takeWrites(state)])
         return response
       }),
       state

@@ -9,6 +9,7 @@
  * background loop) it acts as a unit of its own: after-commit work runs at once, headers go nowhere.
  */
 import type { HttpServerResponse } from "@effect/platform"
+import type { Statement } from "@effect/sql"
 import { Effect, FiberRef, Layer, Option } from "effect"
 
 import type { Conflict } from "../Kernel/Errors.js"
@@ -31,6 +32,8 @@ export interface RequestState {
   gate?: Gate | undefined
   /** an idempotent mutation runs in one transaction: effects to run once it committed */
   afterCommit?: Array<Effect.Effect<void>> | undefined
+  /** writes of that transaction sent with its last statement (`UnitOfWork.withCommit`) */
+  withCommit?: Array<Statement.Fragment> | undefined
   /** what may answer instead of the stored response once the transaction committed (`Prefer: wait`) */
   continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
   /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
@@ -82,6 +85,14 @@ const unitOfWork: UnitOfWorkShape = {
       state.afterCommit.push(effect)
       return Effect.void
     }),
+  withCommit: (write) =>
+    withState((state) =>
+      Effect.sync(() => {
+        if (state?.withCommit === undefined) return false
+        state.withCommit.push(write)
+        return true
+      })
+    ),
   answerAfterCommit: (continuation) =>
     withState((state) =>
       Effect.sync(() => {

@@ -10,6 +10,9 @@
  *   - `setHeader`: a header of the answer (Location, Retry-After, Preference-Applied...);
  *   - `afterCommit`: work that must wait for the request's transaction to commit (a cell told to
  *     start a run must find it committed); outside a transaction it runs now;
+ *   - `withCommit`: a write of the request's transaction that need not be sent on its own: it rides
+ *     the transaction's last statement (its stored response and audit entry), one round trip less;
+ *     outside a request's transaction, the caller writes it itself;
  *   - `answerAfterCommit`: what may answer instead of the stored response once committed (the 200
  *     of `Prefer: wait`);
  *   - `about`: the tenant and environment an operator request is about, for its audit entry (D16),
@@ -21,6 +24,7 @@
  * runs at once, there is no answer to shape. The kernel defines it and imports no capability.
  */
 import type { HttpServerResponse } from "@effect/platform"
+import type { Statement } from "@effect/sql"
 import { Context, Effect, type Option } from "effect"
 
 import type { Conflict } from "./Errors.js"
@@ -56,6 +60,12 @@ export interface UnitOfWorkShape {
   readonly setHeader: (name: string, value: string) => Effect.Effect<void>
   /** Runs `effect` once the request's transaction committed; outside one, now. */
   readonly afterCommit: (effect: Effect.Effect<void>) => Effect.Effect<void>
+  /**
+   * Writes `write` (an INSERT, UPDATE or DELETE; its own snapshot, after every statement the request
+   * sent before) with the request's transaction, in its last statement; false outside one (the
+   * caller sends it itself). A transaction that is rolled back writes none of it.
+   */
+  readonly withCommit: (write: Statement.Fragment) => Effect.Effect<boolean>
   /** Once committed, `continuation` may answer instead of the stored response (none: it stands). */
   readonly answerAfterCommit: (
     continuation: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>>
@@ -80,6 +90,10 @@ export const setResponseHeader = (name: string, value: string): Effect.Effect<vo
 /** Runs `effect` once the current request's transaction committed (now outside one). */
 export const afterCommit = (effect: Effect.Effect<void>): Effect.Effect<void, never, UnitOfWork> =>
   Effect.flatMap(UnitOfWork, (work) => work.afterCommit(effect))
+
+/** Writes `write` with the current request's transaction, in its last statement: false outside one. */
+export const withCommit = (write: Statement.Fragment): Effect.Effect<boolean, never, UnitOfWork> =>
+  Effect.flatMap(UnitOfWork, (work) => work.withCommit(write))
 
 /** Once committed, `continuation` may answer instead of the stored response. */
 export const answerAfterCommit = (

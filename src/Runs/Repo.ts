@@ -25,7 +25,7 @@ import * as Statements from "./Statements.js"
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   // the bookkeeping of a commit made in a request's transaction (admission, a cancel) waits for its commit
-  const { afterCommit } = yield* UnitOfWork
+  const { afterCommit, withCommit } = yield* UnitOfWork
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
   const caches = makeRunCaches()
 
@@ -59,6 +59,7 @@ const make = Effect.gen(function*() {
    * of the conversation, which may end that run and append its last items meanwhile; the item's
    * position is read by a statement of its own, whose snapshot sees them (in the run's statement,
    * it was read from before the wait and collided with them: 500 on `conversation_items_pkey`).
+   * In a request, that statement is the transaction's last (`withCommit`), with the stored response.
    */
   const admit = (row: Admission, limits: QuotaLimits) =>
     Effect.gen(function*() {
@@ -80,7 +81,10 @@ const make = Effect.gen(function*() {
         const used = yield* usedNow(sql, cell, row.created_at)
         return { _tag: "OverQuota", quota: exhausted(RUN_QUOTAS, limits, used) ?? "concurrent_runs" } as const
       }
-      yield* Statements.appendInput(sql, row)
+      // In a request, with its transaction's last statement (its stored response and audit entry):
+      // a statement of its own all the same, after the run's, and one round trip less.
+      const input = Statements.appendInput(sql, row)
+      if (!(yield* withCommit(input))) yield* input
       // Counted and kept once the request's transaction committed (admission runs inside it).
       yield* afterCommit(Effect.zipRight(
         recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]),
