@@ -52,6 +52,23 @@ const Announce = Layer.scopedDiscard(
   })
 )
 
+/**
+ * A stop that takes longer than SHUTDOWN_TIMEOUT_SECONDS after its signal exits with code 1 all the
+ * same (issue 41): with a database that stopped answering (a frozen host, a partition), the
+ * requests waiting for it and the cluster runner's leaving would hold the process for good, and a
+ * supervisor waits for the exit before starting another. Armed first, before anything can hang.
+ */
+const ShutdownDeadline = Layer.effectDiscard(Effect.map(AppConfig, (config) => {
+  const seconds = config.edge.shutdownTimeoutSeconds
+  const arm = (signal: string) => () =>
+    setTimeout(() => {
+      console.error(`stopping took longer than ${seconds} s after ${signal} (SHUTDOWN_TIMEOUT_SECONDS): exiting now`)
+      process.exit(1)
+    }, seconds * 1000).unref()
+  process.once("SIGTERM", arm("SIGTERM"))
+  process.once("SIGINT", arm("SIGINT"))
+}))
+
 /** Logged when everything has stopped (acquired first, so released last). */
 const Stopped = Layer.scopedDiscard(
   Effect.addFinalizer((exit) =>
@@ -84,6 +101,7 @@ export const MainLive = Layer.merge(Announce, DrainLive).pipe(
   Layer.provide(ServerLive),
   Layer.provideMerge(DatabaseLive),
   Layer.provideMerge(Stopped),
+  Layer.provideMerge(ShutdownDeadline),
   Layer.provide(AppConfig.layer),
   // The tracer is set before anything that makes spans is built, and flushed after all has stopped.
   Layer.provide(TracingLive),

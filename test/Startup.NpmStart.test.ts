@@ -50,6 +50,16 @@ const processesMentioning = (text: string) =>
     pid !== process.pid && cmdline(pid).includes(text) && isRunning(pid)
   )
 
+/** The processes below `pid` (the postmaster's backends, say). */
+const descendants = (pid: number): Array<number> =>
+  fs.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((p) => {
+    try {
+      return parentOf(p) === pid
+    } catch {
+      return false // gone meanwhile
+    }
+  }).flatMap((child) => [child, ...descendants(child)])
+
 const postmasterPid = (dataDir: string) =>
   Number.parseInt(fs.readFileSync(path.join(dataDir, "pg", "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10)
 
@@ -314,6 +324,44 @@ describe("npm start (node dist/main.js, embedded Postgres)", () => {
     expect(withFileToken.status).toBe(401)
 
     await stopService(service, dataDir)
+  }, 150_000)
+
+  it("a database that stops answering does not hold a stop: SIGTERM exits 1 within SHUTDOWN_TIMEOUT_SECONDS", async () => {
+    const service = await startService(dataDir, { SHUTDOWN_TIMEOUT_SECONDS: "3", HTTP_DRAIN_SECONDS: "0" })
+    const pid = servicePid(dataDir)
+    const postmaster = postmasterPid(dataDir)
+    // every process of the database stopped: its sockets stay open, nothing answers (a frozen host)
+    const frozen = [postmaster, ...descendants(postmaster)]
+    try {
+      for (const p of frozen) process.kill(p, "SIGSTOP")
+      // a request that waits for the database, in flight when the stop begins
+      const inFlight = http(service, "GET", `/operator/v1/pilot-applications/${state.pilotId}`, state.token).catch((e) => e)
+      await sleep(500)
+      const signalled = Date.now()
+      process.kill(pid, "SIGTERM")
+      const result = await Promise.race([
+        service.exited,
+        sleep(EXIT_TIMEOUT).then(() => {
+          throw new Error(`the service did not exit within ${EXIT_TIMEOUT} ms:\n${service.output()}`)
+        })
+      ])
+      const took = Date.now() - signalled
+      expect(result.code, service.output()).toBe(1)
+      expect(service.output()).toContain("stopping took longer than 3 s after SIGTERM (SHUTDOWN_TIMEOUT_SECONDS): exiting now")
+      expect(took, service.output()).toBeGreaterThanOrEqual(2900)
+      expect(took, service.output()).toBeLessThan(8000)
+      expect(isRunning(pid)).toBe(false)
+      await inFlight
+    } finally {
+      for (const p of frozen) {
+        try {
+          process.kill(p, "SIGCONT")
+        } catch {
+          // gone
+        }
+      }
+    }
+    // the database the service left behind goes with the test's cleanup (its process group)
   }, 150_000)
 
   it("the embedded Postgres dying under the service stops the service with a non-zero exit (a supervisor restarts both)", async () => {

@@ -270,6 +270,12 @@ export interface EdgeConfig {
    * stop sending) while requests are still served; then the listener closes (issue 41)
    */
   readonly drainSeconds: number
+  /**
+   * SHUTDOWN_TIMEOUT_SECONDS: a stop (SIGTERM, SIGINT) that has not finished this long after the
+   * signal exits the process with code 1 all the same: a database that stopped answering would
+   * hold the in-flight requests and the cluster's leaving for good (issue 41)
+   */
+  readonly shutdownTimeoutSeconds: number
 }
 
 export interface ToolConfig {
@@ -337,7 +343,8 @@ export const defaultEdgeConfig: EdgeConfig = {
   requestTimeoutSeconds: 30,
   keepAliveTimeoutSeconds: 5,
   maxConnections: 20_000,
-  drainSeconds: 2
+  drainSeconds: 2,
+  shutdownTimeoutSeconds: 45
 }
 
 const positive = (name: string, fallback: number) =>
@@ -514,7 +521,8 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
       drainSeconds: Config.integer("HTTP_DRAIN_SECONDS").pipe(
         Config.withDefault(2),
         Config.validate({ message: "HTTP_DRAIN_SECONDS must be an integer from 0 to 300", validation: (n) => n >= 0 && n <= 300 })
-      )
+      ),
+      shutdownTimeoutSeconds: bounded("SHUTDOWN_TIMEOUT_SECONDS", 45, 3600)
     }),
     webhooks: Config.all({
       concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),
