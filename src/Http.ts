@@ -36,6 +36,7 @@ import { FilesLive } from "./Files/Http.js"
 import { HandlerRegistry } from "./Kernel/HttpGroup.js"
 import { Memory } from "./Memory.js"
 import { MemoryLive } from "./Memory/Http.js"
+import { EventLoopLive } from "./Observability/EventLoop.js"
 import { Operator } from "./Operator.js"
 import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
 import { OperatorRepo } from "./Operator/Repo.js"
@@ -130,6 +131,7 @@ const ConsoleLive = Console.Default.pipe(
 
 /** Services behind the handlers and the pipeline (they need AppConfig and a SqlClient). */
 export const ServicesLive = Layer.mergeAll(
+  EventLoopLive,
   Platform.Default,
   Agents.Default,
   Secrets.Default,

@@ -127,6 +127,21 @@ describe("metrics", () => {
       expect(after).not.toContain(s.tenantId)
     }).pipe(Effect.provide(makeTestApp())), 20_000)
 
+  it.live("a blocked event loop shows at the next scrape, and only at that one", () =>
+    Effect.gen(function*() {
+      yield* scrape // starts the delays over
+      // the service runs in this process: blocking this loop blocks its
+      const until = performance.now() + 1200
+      while (performance.now() < until) {
+        // busy
+      }
+      const blocked = yield* scrape
+      expect(sample(blocked, "nodejs_eventloop_delay_max_seconds")).toBeGreaterThanOrEqual(1.1)
+      expect(sample(blocked, "nodejs_eventloop_delay_p99_seconds")).toBeGreaterThan(0)
+      const next = yield* scrape
+      expect(sample(next, "nodejs_eventloop_delay_max_seconds")).toBeLessThan(1)
+    }).pipe(Effect.provide(makeTestApp())), 20_000)
+
   it.live("the database pool's gauges are read from the pool at each scrape", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient

@@ -5,7 +5,8 @@
  * every answer by operation, method and status and times it. An operation is the HttpApi
  * endpoint's name (`createRun`), matched as the pipeline routes (`Routes.matchRoute`), so labels
  * never carry the ids of a raw path; other paths are `metrics`, `docs`, `console` or `unmatched`. The
- * database pool's gauges are set from the pool at each scrape.
+ * database pool's gauges are set from the pool at each scrape, the event loop's from its delays since
+ * the previous scrape.
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option } from "effect"
@@ -14,6 +15,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { DatabasePool } from "../Database/Client.js"
 import { AuthenticationFailed } from "../Kernel/Errors.js"
 import { RESOURCES, Shares } from "../Kernel/Shares.js"
+import { EventLoop } from "../Observability/EventLoop.js"
 import { recordPool, recordShares } from "../Observability/Metrics.js"
 import * as Prometheus from "../Observability/Prometheus.js"
 import { OperatorToken } from "../Operator.js"
@@ -79,6 +81,9 @@ export const MetricsRouteLive = HttpApiBuilder.Router.use((router) =>
         // the pool's counts are read now, not sampled: a scrape sees the pool as it is
         const pool = yield* Effect.serviceOption(DatabasePool)
         if (Option.isSome(pool)) yield* Effect.flatMap(pool.value.stats, recordPool)
+        // the event loop's delays since the previous scrape
+        const loop = yield* Effect.serviceOption(EventLoop)
+        if (Option.isSome(loop)) yield* loop.value.record
         // the node's fair shares (issue 36), per cell when the operator turned cell labels on
         const shares = yield* Effect.serviceOption(Shares)
         if (Option.isSome(shares)) {
