@@ -185,19 +185,19 @@ const make = Effect.gen(function*() {
         })
       )
     }).pipe(
-        Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
-        // The cell was stopped under the request (this node is shutting down, or lost the shard):
-        // the request did not reach it, and may be retried on another node.
-        // The runner that owned it died under the request (its socket): it moves.
-        Effect.catchAllCause((cause) => {
-          if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
-          const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
-          return TRANSPORT_ERRORS.has(defect?._tag)
-            ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
-            : Effect.failCause(cause)
-        }),
-        Effect.withClock(realClock)
-      )
+      Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
+      // The cell was stopped under the request (this node is shutting down, or lost the shard):
+      // the request did not reach it, and may be retried on another node.
+      // The runner that owned it died under the request (its socket): it moves.
+      Effect.catchAllCause((cause) => {
+        if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
+        const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
+        return TRANSPORT_ERRORS.has(defect?._tag)
+          ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
+          : Effect.failCause(cause)
+      }),
+      Effect.withClock(realClock)
+    )
   }
 
   /**
