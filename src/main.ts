@@ -52,6 +52,13 @@ const Announce = Layer.scopedDiscard(
   })
 )
 
+/** Exits with code 1 after `millis` unless the process has stopped by then (a stop that hangs). */
+const exitUnlessStopped = (millis: number, message: string) =>
+  setTimeout(() => {
+    console.error(message)
+    process.exit(1)
+  }, millis).unref()
+
 /**
  * A stop that takes longer than SHUTDOWN_TIMEOUT_SECONDS after its signal exits with code 1 all the
  * same (issue 41): with a database that stopped answering (a frozen host, a partition), the
@@ -61,10 +68,7 @@ const Announce = Layer.scopedDiscard(
 const ShutdownDeadline = Layer.effectDiscard(Effect.map(AppConfig, (config) => {
   const seconds = config.edge.shutdownTimeoutSeconds
   const arm = (signal: string) => () =>
-    setTimeout(() => {
-      console.error(`stopping took longer than ${seconds} s after ${signal} (SHUTDOWN_TIMEOUT_SECONDS): exiting now`)
-      process.exit(1)
-    }, seconds * 1000).unref()
+    exitUnlessStopped(seconds * 1000, `stopping took longer than ${seconds} s after ${signal} (SHUTDOWN_TIMEOUT_SECONDS): exiting now`)
   process.once("SIGTERM", arm("SIGTERM"))
   process.once("SIGINT", arm("SIGINT"))
 }))
@@ -134,10 +138,7 @@ const LOST_STOP_MILLIS = 10_000
 Effect.flatMap(DatabaseWatch, (watch) => watch.lost).pipe(
   Effect.tapError((lost) =>
     Effect.sync(() =>
-      setTimeout(() => {
-        console.error(`${lost.message}; stopping took longer than ${LOST_STOP_MILLIS / 1000} s: exiting now`)
-        process.exit(1)
-      }, LOST_STOP_MILLIS).unref()
+      exitUnlessStopped(LOST_STOP_MILLIS, `${lost.message}; stopping took longer than ${LOST_STOP_MILLIS / 1000} s: exiting now`)
     )
   ),
   Effect.provide(MainLive),

@@ -51,11 +51,7 @@ export class AuditRepo extends Effect.Service<AuditRepo>()("AuditRepo", {
      * (INSERT, UPDATE or DELETE) written in the same statement, as CTEs (which always run).
      */
     const insert = (e: NewAuditRow, along: ReadonlyArray<Statement.Fragment> = []) =>
-      sql`${
-        along.length === 0
-          ? sql``
-          : sql`WITH ${sql.join(", ", false)(along.map((write, i) => sql`${sql.literal(`along${i}`)} AS (${write})`))}`
-      }
+      sql`${Rows.withWrites(sql, along)}
           INSERT INTO audit_entries (tenant_id, environment, id, occurred_at, actor_type, actor_id, key_id, action,
                                      resource_type, resource_id, request_id, status, ip)
           SELECT tenant_id, name, ${e.id}, ${e.occurred_at}, ${e.actor_type}, ${e.actor_id}, ${e.key_id}, ${e.action},

@@ -4,6 +4,7 @@
  * Postgres client returns them: `timestamptz` as a Date, `jsonb` parsed, `bigint`/`count(*)` as a
  * decimal string.
  */
+import type { SqlClient, Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 
 /** A `timestamptz` column. */
@@ -47,3 +48,12 @@ export const single = <A, I>(row: Schema.Schema<A, I>) => {
   return <E, R>(query: Query<E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(query, (rows) => rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0])))
 }
+
+/**
+ * `writes` (INSERTs, UPDATEs, DELETEs) as the `WITH` clause of the statement it starts: each a CTE,
+ * which Postgres runs whether or not the statement reads it; nothing when there is none.
+ */
+export const withWrites = (sql: SqlClient.SqlClient, writes: ReadonlyArray<Statement.Fragment>): Statement.Fragment =>
+  writes.length === 0
+    ? sql``
+    : sql`WITH ${sql.join(", ", false)(writes.map((write, i) => sql`${sql.literal(`write${i}`)} AS (${write})`))}`

@@ -31,6 +31,7 @@ import { Cells, CellUnavailable } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
+import * as Rows from "../Database/Rows.js"
 import {
   type ApiError,
   errorClassOf,
@@ -179,9 +180,7 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
     state.withCommit = []
     const written = Effect.tap(work, () => {
       const left = takeWrites(state)
-      return left.length === 0 ? Effect.void : Effect.orDie(
-        sql`WITH ${sql.join(", ", false)(left.map((write, i) => sql`${sql.literal(`write${i}`)} AS (${write})`))} SELECT 1`
-      )
+      return left.length === 0 ? Effect.void : Effect.orDie(sql`${Rows.withWrites(sql, left)} SELECT 1`)
     })
     const committed = yield* sql.withTransaction(written).pipe(
       Effect.map((response) => ({ response, kept: true })),
