@@ -24,6 +24,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
+import { withRealDeadline } from "../Kernel/RealTime.js"
 import { currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { Shares } from "../Kernel/Shares.js"
 import { Memory } from "../Memory.js"
@@ -172,17 +173,16 @@ const make = Effect.gen(function*() {
     const tag: K = command._tag
     return Effect.flatMap(sendBudget, ({ budget, waited }) => {
       const calledAt = Date.now()
-      return cell[tag](command).pipe(
-        // A call that times out is interrupted in the background: the interrupt travels to the
-        // owner, and a hung owner would hold the answer until it resumed (issue 41).
-        Effect.disconnect,
-        Effect.timeoutFail({
-          duration: budget,
-          // what was allowed, and what passed until the timed-out call let go (made once the call's
-          // fiber is interrupted: under load after a node's stop, 15-19 s passed for a 10 s budget, issue 41)
-          onTimeout: () =>
-            `timed out after ${Duration.toMillis(budget)} ms (${waited} ms into its request; ${Date.now() - calledAt} ms passed)`
-        })
+      // A call that times out is answered at once and interrupted in the background: the interrupt
+      // travels to the owner, and a hung owner would hold the answer until it resumed (issue 41).
+      return withRealDeadline(
+        cell[tag](command),
+        Duration.toMillis(budget),
+        (late) => `timed out after ${Duration.toMillis(budget)} ms (${waited} ms into its request; the timer fired ${late} ms late)`
+      ).pipe(
+        Effect.mapError((error) =>
+          typeof error === "string" ? `${error}; answered ${Date.now() - calledAt} ms after the call began` : error
+        )
       )
     }).pipe(
       Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
