@@ -42,7 +42,7 @@ import { OperatorAuthLive, OperatorLive } from "./Operator/Http.js"
 import { OperatorRepo } from "./Operator/Repo.js"
 import { OperatorToken } from "./Operator/Token.js"
 import { WeightsRefreshLive } from "./Operator/Weights.js"
-import { Platform } from "./Platform.js"
+import { KeyCache, Platform } from "./Platform.js"
 import { Auth } from "./Platform/Auth.js"
 import { Deletions } from "./Platform/Deletions.js"
 import { ApiKeysLive, EnvironmentsLive, ServiceActorsLive, TenantsLive, UsersLive } from "./Platform/Http.js"
@@ -167,7 +167,9 @@ export const ServicesLive = Layer.mergeAll(
   Layer.provideMerge(ClusterLive),
   Layer.provideMerge(RunStoreSql),
   // what a request may do to its answer and transaction (src/Kernel/UnitOfWork.ts), for every service
-  Layer.provideMerge(UnitOfWorkLive)
+  Layer.provideMerge(UnitOfWorkLive),
+  // the keys this process authenticated lately: one for the authentication and the changes that forget them
+  Layer.provideMerge(KeyCache.Default)
 )
 
 /**

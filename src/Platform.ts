@@ -19,6 +19,7 @@ import { makeId } from "./Kernel/Ids.js"
 import { type Gated, withinCeiling } from "./Kernel/Policy.js"
 import { cellKey, type CellRef, type Principal } from "./Kernel/Principal.js"
 import { afterCommit, setResponseHeader } from "./Kernel/UnitOfWork.js"
+import { KeyCache } from "./Platform/KeyCache.js"
 import * as KeySecrets from "./Platform/KeySecrets.js"
 import { PlatformRepo } from "./Platform/Repo.js"
 import * as Rows from "./Platform/Rows.js"
@@ -47,6 +48,10 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
     const sql = yield* SqlClient.SqlClient
     const repo = yield* PlatformRepo
     const config = yield* AppConfig
+    // keys this process authenticated lately: forgotten once a change of what they authenticate as
+    // committed (other processes hear of it from Postgres, src/Platform/KeyCache.ts)
+    const keys = yield* KeyCache
+    const keysChanged = afterCommit(keys.forget)
 
     const queueDeletion = (p: CellRef, resourceType: DeletionJob["resource_type"], resourceId: string, at: Date) =>
       Effect.gen(function*() {
@@ -87,6 +92,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         const at = yield* now
         const environments = yield* repo.markTenantDeleting(p.tenantId, at)
         if (environments === undefined) return yield* conflict("deletion_in_progress", "This tenant is already being deleted")
+        yield* keysChanged
         yield* endRunsOf(environments.map((environment) => ({ tenantId: p.tenantId, environment })))
         return yield* queueDeletion(p, "tenant", p.tenantId, at)
       }))
@@ -122,6 +128,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         const at = yield* now
         const id = yield* repo.markEnvironmentDeleting(p, at)
         if (id === undefined) return yield* conflict("deletion_in_progress", "This environment is already being deleted")
+        yield* keysChanged
         yield* endRunsOf([p])
         return yield* queueDeletion(p, "environment", id, at)
       }))
@@ -152,6 +159,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         yield* withinCeiling(p, target.scopes)
         const at = yield* now
         yield* repo.revokeTree("key", id, "revoked", at)
+        yield* keysChanged
         const row = yield* repo.apiKey(p.tenantId, p.environment, id)
         return Rows.toApiKey(row!, at)
       }))
@@ -178,6 +186,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
           )
         }
         yield* repo.expireTree(id, new Date(at.getTime() + graceSeconds * 1000))
+        yield* keysChanged
         const secret = KeySecrets.generate(p.environment)
         const row = yield* repo.insertRotatedKey({
           id: yield* makeId("key"),
@@ -248,6 +257,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
         if (!(yield* repo.markUserDeleted(id, at))) return yield* tombstoned
         // Keys bound to the user and every lease derived from them (derived authority, contract 4 rule 6).
         yield* repo.revokeTree("user", id, "user_deleted", at)
+        yield* keysChanged
         yield* repo.writeTombstone({
           cell: p,
           kind: "user",
@@ -347,6 +357,7 @@ export class Platform extends Effect.Service<Platform>()("Platform", {
 
 // ---- the front door: what other capabilities and the Runtime use of Platform (scripts/layers.ts) ----
 export { Auth } from "./Platform/Auth.js"
+export { KeyCache } from "./Platform/KeyCache.js"
 export * as KeySecrets from "./Platform/KeySecrets.js"
 export { PlatformRepo } from "./Platform/Repo.js"
 export * as PlatformRows from "./Platform/Rows.js"

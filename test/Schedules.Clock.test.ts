@@ -22,6 +22,7 @@ import * as path from "node:path"
 import { AppConfig, defaultScheduleConfig } from "../src/Config/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Client.js"
 import { UnitOfWorkLive } from "../src/Edge/UnitOfWork.js"
+import { KeyCache } from "../src/Platform.js"
 import { RunStoreSql } from "../src/Runs/Repo.js"
 import { Schedules } from "../src/Schedules.js"
 import { makeTestApp } from "./support/App.js"
@@ -84,6 +85,7 @@ const fireAndDie = (databaseUrl: string) =>
       Schedules.Default.pipe(
         Layer.provide(RunStoreSql),
         Layer.provide(UnitOfWorkLive),
+        Layer.provide(KeyCache.Default),
         Layer.provideMerge(DatabaseLive),
         Layer.provide(Layer.succeed(AppConfig, config))
       )

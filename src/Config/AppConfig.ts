@@ -276,6 +276,13 @@ export interface EdgeConfig {
    * hold the in-flight requests and the cluster's leaving for good (issue 41)
    */
   readonly shutdownTimeoutSeconds: number
+  /**
+   * AUTH_CACHE_SECONDS: how long a process answers for a key it authenticated without reading it
+   * again (0: every request reads its key). A revocation, a rotation's early expiry or a deletion
+   * is told to every process at its commit (`auth_changed`), which forgets them all; this bounds
+   * what a process that missed that notice (its LISTEN connection lost) still accepts (issue 37)
+   */
+  readonly authCacheSeconds: number
 }
 
 export interface ToolConfig {
@@ -344,7 +351,8 @@ export const defaultEdgeConfig: EdgeConfig = {
   keepAliveTimeoutSeconds: 5,
   maxConnections: 20_000,
   drainSeconds: 2,
-  shutdownTimeoutSeconds: 45
+  shutdownTimeoutSeconds: 45,
+  authCacheSeconds: 5
 }
 
 const positive = (name: string, fallback: number) =>
@@ -522,7 +530,11 @@ export class AppConfig extends Context.Tag("AppConfig")<AppConfig, AppConfigShap
         Config.withDefault(2),
         Config.validate({ message: "HTTP_DRAIN_SECONDS must be an integer from 0 to 300", validation: (n) => n >= 0 && n <= 300 })
       ),
-      shutdownTimeoutSeconds: bounded("SHUTDOWN_TIMEOUT_SECONDS", 45, 3600)
+      shutdownTimeoutSeconds: bounded("SHUTDOWN_TIMEOUT_SECONDS", 45, 3600),
+      authCacheSeconds: Config.integer("AUTH_CACHE_SECONDS").pipe(
+        Config.withDefault(5),
+        Config.validate({ message: "AUTH_CACHE_SECONDS must be an integer from 0 to 60", validation: (n) => n >= 0 && n <= 60 })
+      )
     }),
     webhooks: Config.all({
       concurrency: bounded("WEBHOOK_CONCURRENCY", 32, 10_000),

@@ -37,6 +37,7 @@ import eventNotes from "./migrations/0029_event_notes.js"
 import console_ from "./migrations/0030_console.js"
 import operatorConsole from "./migrations/0031_operator_console.js"
 import operatorTokens from "./migrations/0032_operator_tokens.js"
+import authNotify from "./migrations/0033_auth_notify.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -72,7 +73,8 @@ export const loader = Migrator.fromRecord({
   "0029_event_notes": eventNotes,
   "0030_console": console_,
   "0031_operator_console": operatorConsole,
-  "0032_operator_tokens": operatorTokens
+  "0032_operator_tokens": operatorTokens,
+  "0033_auth_notify": authNotify
 })
 
 const migrate = Migrator.make({})

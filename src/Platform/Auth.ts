@@ -1,13 +1,16 @@
 /**
- * Service key authentication (contract part 5). Every request reads the key from Postgres: no
- * cache can serve a revoked key, so revocation is effective on the very next request. A rotated
- * key's expiry (D17) is compared with Effect's Clock on the row already read: no other query.
+ * Service key authentication (contract part 5). A request reads its key from Postgres unless this
+ * process authenticated it lately and nothing changed since (src/Platform/KeyCache.ts): a
+ * revocation or deletion is effective on the very next request here, and on other processes once
+ * Postgres told them of its commit. A rotated key's expiry (D17) is compared with Effect's Clock
+ * on the row, whether read now or kept: no other query.
  */
 import { Clock, Effect } from "effect"
 
 import { AuthenticationFailed, Unavailable } from "../Kernel/Errors.js"
 import type { Principal } from "../Kernel/Principal.js"
 import { traced } from "../Kernel/Spans.js"
+import { KeyCache } from "./KeyCache.js"
 import * as KeySecrets from "./KeySecrets.js"
 import { PlatformRepo } from "./Repo.js"
 
@@ -24,6 +27,7 @@ const invalidKey = new AuthenticationFailed({ code: "invalid_api_key", message: 
 export class Auth extends Effect.Service<Auth>()("Auth", {
   effect: Effect.gen(function*() {
     const repo = yield* PlatformRepo
+    const keys = yield* KeyCache
 
     const authenticate = (authorization: string | undefined) =>
       Effect.gen(function*() {
@@ -35,7 +39,11 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
           })
         }
         if (!KeySecrets.looksLikeKey(secret)) return yield* invalidKey
-        const row = yield* Effect.orDie(repo.keyBySecretHash(KeySecrets.hash(secret)))
+        const hash = KeySecrets.hash(secret)
+        const id = Buffer.from(hash.buffer, hash.byteOffset, hash.byteLength).toString("base64")
+        const cached = yield* keys.get(id)
+        const readIn = cached === undefined ? yield* keys.epoch : undefined
+        const row = cached ?? (yield* Effect.orDie(repo.keyBySecretHash(hash)))
         if (!row) return yield* invalidKey
         // Deleting a tenant or an environment denies its keys at once (D19), from the 202 on.
         if (
@@ -56,6 +64,7 @@ export class Auth extends Effect.Service<Auth>()("Auth", {
             message: `Environment ${row.environment} is ${row.env_state}`
           })
         }
+        if (readIn !== undefined) yield* keys.keep(id, row, readIn)
         return {
           keyId: row.id,
           tenantId: row.tenant_id,
