@@ -75,7 +75,7 @@ export interface BenchPostgres {
   /** The next transaction id: its advance counts write transactions. */
   readonly xid: () => Promise<number>
   /** The statements by calls since the last `resetStatements`, for profiles. */
-  readonly topStatements: (limit: number) => Promise<Array<{ calls: number; query: string }>>
+  readonly topStatements: (limit: number) => Promise<Array<{ calls: number; query: string; total_ms: number }>>
   readonly resetStatements: () => Promise<void>
   readonly stop: () => Promise<void>
 }
@@ -174,10 +174,11 @@ export const startPostgres = async (): Promise<BenchPostgres> => {
     xid: async () => Number((await query("SELECT pg_current_xact_id()::text AS x"))[0]!.x),
     topStatements: async (limit) =>
       (await query(
-        `SELECT calls::int, regexp_replace(query, '\\s+', ' ', 'g') AS query FROM pg_stat_statements WHERE ${OWN}
+        `SELECT calls::int, regexp_replace(query, '\\s+', ' ', 'g') AS query, total_exec_time::float8 AS total_ms
+         FROM pg_stat_statements WHERE ${OWN}
          ORDER BY calls DESC LIMIT $1`,
         [limit]
-      )) as Array<{ calls: number; query: string }>,
+      )) as Array<{ calls: number; query: string; total_ms: number }>,
     resetStatements: async () => void (await query("SELECT pg_stat_statements_reset()")),
     stop: async () => {
       await db.end().catch(() => undefined)

@@ -218,14 +218,23 @@ const createRuns = (
     }] as any
   })
 
-/** Runs with `Prefer: wait`, each connection's conversation free again once its run answered. */
-const endToEnd = async (service: Service, pool: ReadonlyArray<Conversation>, connections: number, seconds: number) => {
-  const free = pool.slice()
-  const result = await createRuns(service, connections, seconds, () => free.pop()!, {
+/** The next of `fresh` conversations (the bench's pools are made larger than a phase needs). */
+const takeFresh = (fresh: Array<Conversation>) => () => {
+  const c = fresh.pop()
+  if (c === undefined) throw new Error("the bench ran out of fresh conversations: raise its pool")
+  return c
+}
+
+/**
+ * Runs with `Prefer: wait`, each on a fresh conversation: a run's cost, not its conversation's
+ * history's (a DBOS workflow has none). Returning each conversation to the pool made the phase at
+ * C=1 one conversation of ~900 items by its end, read and sent to the model by every run.
+ */
+const endToEnd = async (service: Service, fresh: Array<Conversation>, connections: number, seconds: number) => {
+  const result = await createRuns(service, connections, seconds, takeFresh(fresh), {
     prefer: "wait=10",
-    answered: (status, body, c) => {
+    answered: (status, body) => {
       if (status !== 200 || !body.includes(`"status":"succeeded"`)) console.log(`    unexpected: ${status} ${body.slice(0, 200)}`)
-      free.push(c)
     }
   })
   return { count: result["2xx"], result }
@@ -233,11 +242,7 @@ const endToEnd = async (service: Service, pool: ReadonlyArray<Conversation>, con
 
 /** Admissions (202), each on a fresh conversation. */
 const admission = async (service: Service, fresh: Array<Conversation>, connections: number, seconds: number) => {
-  const result = await createRuns(service, connections, seconds, () => {
-    const c = fresh.pop()
-    if (c === undefined) throw new Error("the bench ran out of fresh conversations: raise its pool")
-    return c
-  })
+  const result = await createRuns(service, connections, seconds, takeFresh(fresh))
   return { count: result["2xx"], result }
 }
 
@@ -450,17 +455,17 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
     console.log(`  service up (pid ${svc.pid})`)
     const cells = await Promise.all(Array.from({ length: CELLS }, (_, i) => provision(svc, i)))
     console.log(`  ${CELLS} cells provisioned; service pid ${svc.pid}, Postgres pid ${db.pid}`)
-    const warm = await conversations(db, cells, 2, "warm")
-    await endToEnd(svc, warm, 16, 2)
+    await endToEnd(svc, await conversations(db, cells, 20, "warm"), 16, 2)
     const subject: Subject = { name: "service", cpu: () => cpuMs(svc.pid), background: { xids: 0, statements: 0 } }
     await measureBackground(db, subject, quick ? 2 : 5)
 
     // ---- 1. end to end ---------------------------------------------------------------------
-    const pool = await conversations(db, cells, 2, "e2e")
-    const c1 = await measured(db, subject, () => endToEnd(svc, pool, 1, seconds))
+    const pool1 = await conversations(db, cells, quick ? 20 : 40, "e2e1")
+    const c1 = await measured(db, subject, () => endToEnd(svc, pool1, 1, seconds))
     console.log(`  end to end, C=1: ${(c1.result.count / seconds).toFixed(1)} runs/s, p50 ${c1.result.result.latency.p50} ms`)
     printCosts("run", c1.costs)
-    const c16 = await measured(db, subject, () => endToEnd(svc, pool, 16, seconds))
+    const pool16 = await conversations(db, cells, quick ? 40 : 80, "e2e16")
+    const c16 = await measured(db, subject, () => endToEnd(svc, pool16, 16, seconds))
     const e2e16 = c16.result.count / seconds
     console.log(`  end to end, C=16: ${e2e16.toFixed(1)} runs/s, p50 ${c16.result.result.latency.p50} ms`)
     printCosts("run", c16.costs)
@@ -487,7 +492,7 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
     report("run admission (202), C=16", admitted, "runs/s", insertRate, ">= 0.5x single-row INSERT tx/s", admitted >= 0.5 * insertRate)
 
     // ---- 3. GET run ----------------------------------------------------------------------------
-    const sample = pool[0]!
+    const sample = { cell: cells[0]! }
     const runs = await json(svc.base, "GET", `${sample.cell.P}/runs?limit=1`, sample.cell.key).catch(() => undefined)
     const runId = runs?.data?.[0]?.id ??
       (await db.query(`SELECT id FROM runs WHERE tenant_id = $1 ORDER BY id DESC LIMIT 1`, [sample.cell.tenant]))[0]!.id
@@ -559,8 +564,8 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
 /** For profiling (scratch): provisions, warms, then one load phase; the window it ran in. */
 export const __profile = async (db: BenchPostgres, svc: Service, mode: string) => {
   const cells = await Promise.all(Array.from({ length: CELLS }, (_, i) => provision(svc, i)))
-  await endToEnd(svc, await conversations(db, cells, 2, "warm"), 16, 2)
-  const pool = await conversations(db, cells, mode === "e2e" ? 2 : 100, "p")
+  await endToEnd(svc, await conversations(db, cells, 20, "warm"), 16, 2)
+  const pool = await conversations(db, cells, 100, "p")
   const from = Date.now()
   const c = Number(process.env["PROFILE_CONNECTIONS"] ?? 16)
   const subject: Subject = { name: "service", cpu: () => cpuMs(svc.pid), background: { xids: 0, statements: 0 } }
@@ -582,6 +587,8 @@ export const __profile = async (db: BenchPostgres, svc: Service, mode: string) =
   }
   const m = await measured(db, subject, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
   printCosts("run", m.costs)
-  for (const s of await db.topStatements(40)) console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
+  for (const s of await db.topStatements(40)) {
+    console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${(s.total_ms / m.result.count).toFixed(3)} ms ${s.query.slice(0, 140)}`)
+  }
   return { from, to: Date.now(), count: m.result.count }
 }
