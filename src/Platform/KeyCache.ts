@@ -40,19 +40,18 @@ export class KeyCache extends Effect.Service<KeyCache>()("KeyCache", {
     let epoch = 0
     let listening = false
 
-    const forget = Effect.sync(() => {
+    const forgetAll = () => {
       epoch++
       entries.clear()
-    })
+    }
     if (ttlMillis > 0) {
       yield* notifications.listen(AUTH_CHANGED).pipe(
+        // LISTEN (re)made (a notice may have been missed) or a change told: forget everything
         Stream.runForEach((notice) =>
-          Effect.zipRight(
-            Effect.sync(() => {
-              if (notice._tag === "Listening") listening = true
-            }),
-            forget
-          )
+          Effect.sync(() => {
+            if (notice._tag === "Listening") listening = true
+            forgetAll()
+          })
         ),
         Effect.forkScoped
       )
@@ -74,12 +73,13 @@ export class KeyCache extends Effect.Service<KeyCache>()("KeyCache", {
       keep: (id: string, row: KeyLookupRow, readIn: number) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>
           Effect.sync(() => {
-            if (ttlMillis === 0 || !listening || readIn !== epoch) return
+            // (never listening with AUTH_CACHE_SECONDS=0: nothing is kept)
+            if (!listening || readIn !== epoch) return
             if (entries.size >= MAX_KEYS) entries.delete(entries.keys().next().value!)
             entries.set(id, { row, until: now + ttlMillis })
           })),
       /** Forgets every key: call once a change of a key, tenant or environment committed. */
-      forget
+      forget: Effect.sync(forgetAll)
     } as const
   })
 }) {}

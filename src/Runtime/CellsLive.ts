@@ -171,33 +171,27 @@ const make = Effect.gen(function*() {
   const routed = <K extends CellTag>(key: string, command: Command<K>): Effect.Effect<Reply<K>> => {
     const cell: CellClient = client(key)
     const tag: K = command._tag
-    return Effect.flatMap(sendBudget, ({ budget, waited }) => {
-      const calledAt = Date.now()
-      // A call that times out is answered at once and interrupted in the background: the interrupt
-      // travels to the owner, and a hung owner would hold the answer until it resumed (issue 41).
-      return withRealDeadline(
+    // A call that times out is answered at once and interrupted in the background: the interrupt
+    // travels to the owner, and a hung owner would hold the answer until it resumed (issue 41).
+    return Effect.flatMap(sendBudget, ({ budget, waited }) =>
+      withRealDeadline(
         cell[tag](command),
         Duration.toMillis(budget),
         (late) => `timed out after ${Duration.toMillis(budget)} ms (${waited} ms into its request; the timer fired ${late} ms late)`
-      ).pipe(
-        Effect.mapError((error) =>
-          typeof error === "string" ? `${error}; answered ${Date.now() - calledAt} ms after the call began` : error
-        )
+      )).pipe(
+        Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
+        // The cell was stopped under the request (this node is shutting down, or lost the shard):
+        // the request did not reach it, and may be retried on another node.
+        // The runner that owned it died under the request (its socket): it moves.
+        Effect.catchAllCause((cause) => {
+          if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
+          const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
+          return TRANSPORT_ERRORS.has(defect?._tag)
+            ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
+            : Effect.failCause(cause)
+        }),
+        Effect.withClock(realClock)
       )
-    }).pipe(
-      Effect.catchAll((error) => Effect.die(new CellUnavailable({ cell: key, reason: typeof error === "string" ? error : error._tag }))),
-      // The cell was stopped under the request (this node is shutting down, or lost the shard):
-      // the request did not reach it, and may be retried on another node.
-      // The runner that owned it died under the request (its socket): it moves.
-      Effect.catchAllCause((cause) => {
-        if (Cause.isInterruptedOnly(cause)) return Effect.die(new CellUnavailable({ cell: key, reason: "the cell stopped" }))
-        const defect: any = Option.getOrUndefined(Cause.dieOption(cause))
-        return TRANSPORT_ERRORS.has(defect?._tag)
-          ? Effect.die(new CellUnavailable({ cell: key, reason: `${defect._tag}: ${defect.message ?? ""}` }))
-          : Effect.failCause(cause)
-      }),
-      Effect.withClock(realClock)
-    )
   }
 
   /**
