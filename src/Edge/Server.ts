@@ -43,6 +43,32 @@ const refuseMalformed = (error: Error & { code?: string }, socket: Socket) => {
   )
 }
 
+/**
+ * A request timeout judged right after the process stood still (a long pause, SIGSTOP): Node checks
+ * its connections in the timer phase, before it reads what reached the socket meanwhile, so a
+ * connection accepted just before the pause was refused 408 although its request had arrived in
+ * time (issue 41). The timeout is judged again once the waiting bytes are read (the next turn):
+ * a socket that received nothing is refused as before; one that received bytes is spared, and
+ * given one more request timeout to deliver its request whole (Node no longer watches it), else
+ * its connection is closed.
+ */
+const judgeAfterPause = (error: Error, socket: Socket, requestTimeoutMs: number) => {
+  const before = socket.bytesRead
+  setImmediate(() => {
+    if (socket.destroyed) return
+    if (socket.bytesRead === before) return refuseMalformed(error, socket)
+    const watch: { request?: IncomingMessage } = {}
+    spared.set(socket, watch)
+    setTimeout(() => {
+      spared.delete(socket)
+      if (!socket.destroyed && watch.request?.complete !== true) socket.destroy()
+    }, requestTimeoutMs).unref()
+  })
+}
+
+/** Sockets spared a request timeout: the first request each received since (`judgeAfterPause`). */
+const spared = new WeakMap<Socket, { request?: IncomingMessage }>()
+
 /** The drain's view of the server: whether it is draining, and the requests it is answering. */
 interface DrainState {
   draining: boolean
@@ -86,7 +112,10 @@ export const makeServer = (config: AppConfigShape, state: DrainState = { drainin
     connectionsCheckingInterval: Math.min(1000, config.edge.headersTimeoutSeconds * 1000)
   })
   server.maxConnections = config.edge.maxConnections
-  server.on("clientError", refuseMalformed)
+  server.on("clientError", (error: Error & { code?: string }, socket: Socket) =>
+    error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? judgeAfterPause(error, socket, config.edge.requestTimeoutSeconds * 1000)
+      : refuseMalformed(error, socket))
   // Registered first, so it sees each request before the service's handler. While draining, every
   // answer closes its connection (a kept-alive client reconnects, to another node once the load
   // balancer has seen /readyz). Once the service's handler is gone (the platform removes it as it
@@ -94,6 +123,8 @@ export const makeServer = (config: AppConfigShape, state: DrainState = { drainin
   // it is answered 503 here (issue 41).
   server.on("request", (req: IncomingMessage, res: ServerResponse) => {
     arrivals.set(req, Date.now())
+    const watch = spared.get(req.socket)
+    if (watch !== undefined && watch.request === undefined) watch.request = req
     if (state.draining) res.setHeader("connection", "close")
     if (server.listenerCount("request") === 1) return refuseStopping(res)
     state.inFlight.add(res)
