@@ -38,6 +38,7 @@ import console_ from "./migrations/0030_console.js"
 import operatorConsole from "./migrations/0031_operator_console.js"
 import operatorTokens from "./migrations/0032_operator_tokens.js"
 import authNotify from "./migrations/0033_auth_notify.js"
+import queuedUnannounced from "./migrations/0034_queued_unannounced.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -74,7 +75,8 @@ export const loader = Migrator.fromRecord({
   "0030_console": console_,
   "0031_operator_console": operatorConsole,
   "0032_operator_tokens": operatorTokens,
-  "0033_auth_notify": authNotify
+  "0033_auth_notify": authNotify,
+  "0034_queued_unannounced": queuedUnannounced
 })
 
 const migrate = Migrator.make({})

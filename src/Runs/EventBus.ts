@@ -4,6 +4,8 @@
  * Every statement that inserts into `run_events` notifies channel `run_events` once, with the
  * notes of the events it wrote (a statement-level trigger, migration 0029; Postgres delivers it at
  * commit), so nothing is announced before it is durable, whichever process or node committed it.
+ * A run's `run.queued` (its admission's) is not announced (migration 0034): nobody can follow a run
+ * before its admission committed, and a subscriber reads what came before from the database.
  * One LISTEN connection per process; a notification carries the events when they fit in a NOTIFY
  * payload (else the event is read once from the database, only if someone here follows that
  * run), and is handed to each subscriber: offered to its bounded queue (`subscribe`: waiters), or
