@@ -354,8 +354,9 @@ const listenCommits = async (url: string) => {
   client.on("notification", (n) => {
     const at = Date.now()
     try {
-      const note = JSON.parse(n.payload ?? "")
-      notified.set(`${note.run_id}/${note.sequence}`, at)
+      // a statement's notes (migration 0029), or one event's note (before it)
+      const notice = JSON.parse(n.payload ?? "")
+      for (const note of notice.events ?? [notice]) notified.set(`${note.run_id}/${note.sequence}`, at)
     } catch {
       // not ours
     }
@@ -364,7 +365,20 @@ const listenCommits = async (url: string) => {
   return { notified, stop: () => client.end().catch(() => undefined) }
 }
 
-const latency = async (svc: Service, pg: BenchPostgres, streams: number, quiet: number, scaled: string, report: Report) => {
+/**
+ * Test 2 once. When opening the streams took longer than the runs' quiet start (the events came
+ * before every stream was open, so few or none count) and `lastTry` is false, it reports nothing
+ * and returns the quiet start to try again with (1.5 times the opening, at most 60 s).
+ */
+const latency = async (
+  svc: Service,
+  pg: BenchPostgres,
+  streams: number,
+  quiet: number,
+  scaled: string,
+  report: Report,
+  lastTry: boolean
+): Promise<number | undefined> => {
   const sizes = split(streams)
   const cells = await provision(svc, "latency", sizes.length)
   const revisions = await Promise.all(
@@ -439,6 +453,11 @@ const latency = async (svc: Service, pg: BenchPostgres, streams: number, quiet: 
   console.log(`    Postgres meanwhile, the statements of most time (ms):`)
   for (const r of slowest) console.log(`      ${r.calls} calls, mean ${r.mean}, max ${r.max}: ${r.query}`)
   const p99 = quantile(total, 0.99)
+  if (!lastTry && allOpen - created > quiet * 1000) {
+    const again = Math.min(60, Math.ceil(2 + (1.5 * (allOpen - created)) / 1000))
+    console.log(`  (!) measured again on new cells, the runs' events starting ${again} s after their creation`)
+    return again
+  }
 
   const bare = await startBare()
   try {
@@ -610,7 +629,8 @@ export const streamsBench = async ({ only, quick, report }: StreamsBenchOptions)
       console.log(`streams 2. event commit -> SSE client latency (${elapsed()})`)
       // The runs' first events come after all streams are open: 1.5 times the time opening them took above.
       const streams = quick ? 200 : 1_000
-      await latency(svc, pg, streams, Math.min(60, Math.ceil(2 + (1.5 * streams) / perSecond)), scaled, report)
+      const again = await latency(svc, pg, streams, Math.min(60, Math.ceil(2 + (1.5 * streams) / perSecond)), scaled, report, false)
+      if (again !== undefined) await latency(svc, pg, streams, again, scaled, report, true)
     }
     console.log(`streams: done (${elapsed()})`)
   } catch (e) {
