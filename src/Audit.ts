@@ -52,24 +52,29 @@ export class Audit extends Effect.Service<Audit>()("Audit", {
 
     /**
      * Appends an entry: one INSERT, in the caller's transaction when there is one, with `along`
-     * (data-modifying statements of the same request) in the same statement.
+     * (data-modifying statements of the same request) in the same statement, which also answers
+     * `reads` (the request's reads that ride it: their rows, in order).
      */
-    const record = (entry: AuditRecord, along?: ReadonlyArray<Statement.Fragment>) =>
+    const record = (entry: AuditRecord, along?: ReadonlyArray<Statement.Fragment>, reads?: ReadonlyArray<Statement.Fragment>) =>
       Effect.gen(function*() {
-        yield* repo.insert({
-          cell: entry.cell,
-          id: yield* makeId("aud"),
-          occurred_at: new Date(yield* Clock.currentTimeMillis),
-          actor_type: entry.actor.type,
-          actor_id: entry.actor.id,
-          key_id: entry.keyId,
-          action: entry.action,
-          resource_type: entry.resource.type,
-          resource_id: entry.resource.id,
-          request_id: entry.requestId,
-          status: entry.status,
-          ip: entry.ip
-        }, along)
+        return yield* repo.insert(
+          {
+            cell: entry.cell,
+            id: yield* makeId("aud"),
+            occurred_at: new Date(yield* Clock.currentTimeMillis),
+            actor_type: entry.actor.type,
+            actor_id: entry.actor.id,
+            key_id: entry.keyId,
+            action: entry.action,
+            resource_type: entry.resource.type,
+            resource_id: entry.resource.id,
+            request_id: entry.requestId,
+            status: entry.status,
+            ip: entry.ip
+          },
+          along,
+          reads
+        )
       }).pipe(Effect.orDie, traced("Audit.record"))
 
     /** The cell's entries, newest first, filtered (D6 cursors, bound to the filters). */

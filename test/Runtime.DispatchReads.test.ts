@@ -12,10 +12,12 @@ import { Context, Effect, Layer } from "effect"
 
 import { AgentsRepo } from "../src/Agents/Repo.js"
 import { PlatformRepo } from "../src/Platform/Repo.js"
+import { firstDispatchQuery } from "../src/Runs/Queries.js"
 import { RunStoreSql } from "../src/Runs/Repo.js"
 import { RunStore } from "../src/Runs/RunStore.js"
-import { type Dispatched, DispatchReads, DispatchReadsSql } from "../src/Runtime/DispatchReads.js"
+import { carriedDispatch, type Dispatched, DispatchReads, DispatchReadsSql } from "../src/Runtime/DispatchReads.js"
 import { makeTestApp } from "./support/App.js"
+import { request } from "./support/Client.js"
 import { expectSingle } from "./support/Envelopes.js"
 import { isTerminal, scriptedSandbox } from "./support/Sandboxes.js"
 import { eventually } from "./support/Waiting.js"
@@ -86,4 +88,54 @@ layer(makeTestApp(), { excludeTestServices: true, timeout: "60 seconds" })("the 
       yield* Effect.orDie(sql`UPDATE environments SET state = 'deleting' WHERE tenant_id = ${s.tenantId} AND name = 'sandbox'`)
       expect((yield* compared(run!, 600_000)).authorization).toBe("deleted")
     }).pipe(Effect.scoped))
+
+  it.effect(
+    "the admission's read (its last statement, before the input it writes is visible) answers what the actor reads once it committed",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const reads = Context.get(yield* Layer.build(DispatchReadsSql), DispatchReads)
+        const s = yield* scriptedSandbox([{ type: "text", text: "answer to {{input}}" }])
+        const conversation = yield* s.conversation()
+        let runId = ""
+        for (const text of ["one", "two"]) {
+          runId = expectSingle(yield* s.startRun(conversation.id, text), 202).id
+          yield* eventually(s.getRun(runId), (r) => isTerminal(r.status))
+        }
+        const [run] = yield* Effect.orDie(sql<Dispatched>`
+          SELECT key_id, user_id, agent_revision_id, conversation_id FROM runs WHERE id = ${runId}`)
+        // a revision whose model profile holds a credential (bytea columns, hex strings in JSON)
+        const post = (path: string, body: unknown) =>
+          Effect.map(request("POST", `${s.P}${path}`, { key: s.key, body, idempotencyKey: `${path}-${Math.random()}` }), (r) =>
+            expectSingle(r, 201))
+        const profile = yield* post("/model-profiles", {
+          name: "gpt",
+          provider: "openai",
+          model: "gpt-4.1",
+          credential: "sk-test-credential"
+        })
+        const revision = yield* post(`/agents/${s.agent.id}/revisions`, { model_profile_id: profile.id, instructions: "x", tool_ids: [] })
+        const cases: ReadonlyArray<readonly [Dispatched, number]> = [
+          [run!, 600_000],
+          [run!, 1],
+          [{ ...run!, agent_revision_id: revision.id }, 600_000]
+        ]
+        for (const [n, [of, budget]] of cases.entries()) {
+          const pending = { type: "user_message", text: `pending ${n}` }
+          const [carried] = yield* Effect.orDie(sql<{ row: unknown }>`
+            SELECT to_jsonb(r) AS row FROM (${firstDispatchQuery(sql, of, budget, new Date(), { item: pending })}) r`)
+          // what the admission's statement writes with it (Statements.appendInput)
+          yield* Effect.orDie(sql`
+            INSERT INTO conversation_items (conversation_id, position, run_id, item, created_at)
+            SELECT ${of.conversation_id}, COALESCE(MAX(position), 0) + 1, ${runId}, ${JSON.stringify(pending)}::jsonb, now()
+            FROM conversation_items WHERE conversation_id = ${of.conversation_id}`)
+          const after = yield* Effect.orDie(reads.first(of, budget))
+          expect(yield* carriedDispatch(carried!.row)).toEqual(after)
+          expect(after.items.at(-1)).toEqual(pending)
+          expect(after.items.length).toBe(budget === 1 ? 1 : 5 + n)
+        }
+        const withCredential = yield* Effect.orDie(reads.first({ ...run!, agent_revision_id: revision.id }, 1))
+        expect(withCredential.revision?.credential_ciphertext).toBeInstanceOf(Uint8Array)
+      }).pipe(Effect.scoped)
+  )
 })

@@ -57,3 +57,14 @@ export const withWrites = (sql: SqlClient.SqlClient, writes: ReadonlyArray<State
   writes.length === 0
     ? sql``
     : sql`WITH ${sql.join(", ", false)(writes.map((write, i) => sql`${sql.literal(`write${i}`)} AS (${write})`))}`
+
+/**
+ * `reads` (queries of at most one row each) as result columns `read0`, `read1`... of the statement
+ * that carries them (`UnitOfWork.readWithCommit`): each row as JSON (`to_jsonb`), null when none.
+ */
+export const readColumns = (sql: SqlClient.SqlClient, reads: ReadonlyArray<Statement.Fragment>): Statement.Fragment =>
+  sql.join(", ", false)(reads.map((read, i) => sql`(SELECT to_jsonb(r) FROM (${read}) r LIMIT 1) AS ${sql.literal(`read${i}`)}`))
+
+/** The values of `readColumns` in the row a statement returned (none: every read found nothing). */
+export const readValues = (row: Record<string, unknown> | undefined, count: number): ReadonlyArray<unknown> =>
+  Array.from({ length: count }, (_, i) => row?.[`read${i}`] ?? undefined)

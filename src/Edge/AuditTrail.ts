@@ -105,7 +105,7 @@ export const OPERATOR: Who["actor"] = { type: "operator", id: "operator" }
 
 /**
  * The entry of an answer, with `along` (other writes of the request: its stored response, the
- * writes that ride its commit) in the same statement. Fails only as the database does: in a transaction, it fails the transaction.
+ * writes that ride its commit) in the same statement, which answers `reads` (the reads that ride it). Fails only as the database does: in a transaction, it fails the transaction.
  */
 export const write = (
   trail: Trail,
@@ -113,17 +113,22 @@ export const write = (
   who: Who,
   status: number,
   body: unknown,
-  along?: ReadonlyArray<Statement.Fragment>
+  along?: ReadonlyArray<Statement.Fragment>,
+  reads?: ReadonlyArray<Statement.Fragment>
 ) =>
   Effect.flatMap(Audit, (audit) =>
-    audit.record({
-      ...who,
-      action: trail.action,
-      resource: resourceOf(trail, body),
-      requestId: state.requestId,
-      status,
-      ip: trail.ip
-    }, along))
+    audit.record(
+      {
+        ...who,
+        action: trail.action,
+        resource: resourceOf(trail, body),
+        requestId: state.requestId,
+        status,
+        ip: trail.ip
+      },
+      along,
+      reads
+    ))
 
 /** The entry of an answer, on its own (after a rollback): never changes the answer; a failure is logged. */
 export const writeAlone = (trail: Trail, state: RequestState, who: Who, status: number, body: unknown) =>

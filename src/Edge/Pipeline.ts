@@ -166,6 +166,19 @@ const takeWrites = (state: RequestState): ReadonlyArray<Statement.Fragment> => {
 }
 
 /**
+ * The reads that ride the transaction's last statement (`UnitOfWork.readWithCommit`), taken by the
+ * statement that sends them: `carried` gives each its row from that statement's answer.
+ */
+const takeReads = (state: RequestState) => {
+  const reads = state.readsWithCommit ?? []
+  state.readsWithCommit = []
+  return {
+    reads: reads.map((r) => r.read),
+    carried: (values: ReadonlyArray<unknown>) => reads.forEach((r, i) => (r.row = values[i]))
+  }
+}
+
+/**
  * `work` (an answer, decided within) in one transaction, while `state.afterCommit` collects what
  * must wait for the commit, run once it committed, and `state.withCommit` the writes its last
  * statement sends (when `work` wrote no such statement, they are sent on their own before the
@@ -178,9 +191,14 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
     const afterCommit: Array<Effect.Effect<void>> = []
     state.afterCommit = afterCommit
     state.withCommit = []
+    state.readsWithCommit = []
     const written = Effect.tap(work, () => {
       const left = takeWrites(state)
-      return left.length === 0 ? Effect.void : Effect.orDie(sql`${Rows.withWrites(sql, left)} SELECT 1`)
+      const { carried, reads } = takeReads(state)
+      if (left.length === 0 && reads.length === 0) return Effect.void
+      return sql<Record<string, unknown>>`${Rows.withWrites(sql, left)} SELECT ${
+        reads.length === 0 ? sql`1` : Rows.readColumns(sql, reads)
+      }`.pipe(Effect.map((rows) => carried(Rows.readValues(rows[0], reads.length))), Effect.orDie)
     })
     const committed = yield* sql.withTransaction(written).pipe(
       Effect.map((response) => ({ response, kept: true })),
@@ -189,6 +207,7 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
     )
     state.afterCommit = undefined
     state.withCommit = undefined
+    state.readsWithCommit = undefined
     if (committed.kept) {
       for (const after of afterCommit) {
         yield* after.pipe(Effect.catchAllCause((cause) => Effect.logError("work after a commit failed", cause)))
@@ -234,7 +253,13 @@ const transactional = <E, R>(
           fingerprint,
           Idempotency.storedForm(response.status, body, () => AuditTrail.bodyText(response), state.requestId, state.headers)
         )
-        yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, [stored, ...takeWrites(state)])
+        const { carried, reads } = takeReads(state)
+        carried(
+          yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, [
+            stored,
+            ...takeWrites(state)
+          ], reads)
+        )
         return response
       }),
       state
@@ -246,7 +271,9 @@ const transactional = <E, R>(
       }
       return committed.response
     }
-    if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
+    if (state.continuation === undefined || gate.outcome === "replayed") {
+      return committed.response
+    }
     // A retry replays the fuller answer too: it follows from the run (Runs.waitedReplay), not stored again.
     const instead = yield* state.continuation
     return Option.getOrElse(instead, () => committed.response)

@@ -18,6 +18,12 @@ import { currentRequestId, currentRequestStartedAt } from "../Kernel/RequestId.j
 import { type ActingUser, type RefineReplay, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
 import type { Gate } from "./Idempotency.js"
 
+/** A read that rides the transaction's last statement, and the row it found there. */
+export interface ReadAlong {
+  readonly read: Statement.Fragment
+  row?: unknown
+}
+
 export interface RequestState {
   readonly requestId: string
   /** when the request reached the server (`Date.now()`): its calls to cells give up within the send timeout of it */
@@ -34,6 +40,8 @@ export interface RequestState {
   afterCommit?: Array<Effect.Effect<void>> | undefined
   /** writes of that transaction sent with its last statement (`UnitOfWork.withCommit`) */
   withCommit?: Array<Statement.Fragment> | undefined
+  /** reads of that transaction sent with its last statement, each given its row once it ran (`UnitOfWork.readWithCommit`) */
+  readsWithCommit?: Array<ReadAlong> | undefined
   /** what may answer instead of the stored response once the transaction committed (`Prefer: wait`) */
   continuation?: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>> | undefined
   /** an operator request: the tenant and environment it is about when its path does not name them (audit) */
@@ -91,6 +99,15 @@ const unitOfWork: UnitOfWorkShape = {
         if (state?.withCommit === undefined) return false
         state.withCommit.push(write)
         return true
+      })
+    ),
+  readWithCommit: (read) =>
+    withState((state) =>
+      Effect.sync(() => {
+        if (state?.readsWithCommit === undefined) return undefined
+        const along: ReadAlong = { read }
+        state.readsWithCommit.push(along)
+        return () => along.row
       })
     ),
   answerAfterCommit: (continuation) =>

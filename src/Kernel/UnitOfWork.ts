@@ -13,6 +13,8 @@
  *   - `withCommit`: a write of the request's transaction that need not be sent on its own: it rides
  *     the transaction's last statement (its stored response and audit entry), one round trip less;
  *     outside a request's transaction, the caller writes it itself;
+ *   - `readWithCommit`: a read that rides that same last statement (it sees every statement the
+ *     request sent before), for what is needed once the request committed (a run's first dispatch);
  *   - `answerAfterCommit`: what may answer instead of the stored response once committed (the 200
  *     of `Prefer: wait`);
  *   - `about`: the tenant and environment an operator request is about, for its audit entry (D16),
@@ -66,6 +68,13 @@ export interface UnitOfWorkShape {
    * caller sends it itself). A transaction that is rolled back writes none of it.
    */
   readonly withCommit: (write: Statement.Fragment) => Effect.Effect<boolean>
+  /**
+   * Reads `read` (a query of at most one row) in the request's transaction's last statement: it
+   * sees every statement the request sent before, not the writes of that last statement. Answers a
+   * function that gives the row (as JSON, `to_jsonb`) once that statement ran, undefined before or
+   * when it found none; undefined outside a request's transaction (the caller reads it itself).
+   */
+  readonly readWithCommit: (read: Statement.Fragment) => Effect.Effect<(() => unknown) | undefined>
   /** Once committed, `continuation` may answer instead of the stored response (none: it stands). */
   readonly answerAfterCommit: (
     continuation: Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>>
@@ -94,6 +103,10 @@ export const afterCommit = (effect: Effect.Effect<void>): Effect.Effect<void, ne
 /** Writes `write` with the current request's transaction, in its last statement: false outside one. */
 export const withCommit = (write: Statement.Fragment): Effect.Effect<boolean, never, UnitOfWork> =>
   Effect.flatMap(UnitOfWork, (work) => work.withCommit(write))
+
+/** Reads `read` in the current request's transaction's last statement (see `UnitOfWorkShape.readWithCommit`). */
+export const readWithCommit = (read: Statement.Fragment): Effect.Effect<(() => unknown) | undefined, never, UnitOfWork> =>
+  Effect.flatMap(UnitOfWork, (work) => work.readWithCommit(read))
 
 /** Once committed, `continuation` may answer instead of the stored response. */
 export const answerAfterCommit = (

@@ -39,9 +39,12 @@ export class KeyCache extends Effect.Service<KeyCache>()("KeyCache", {
     const entries = new Map<string, Entry>()
     let epoch = 0
     let listening = false
+    /** when everything was last forgotten (`performance.now()`) */
+    let changedAt = performance.now()
 
     const forgetAll = () => {
       epoch++
+      changedAt = performance.now()
       entries.clear()
     }
     if (ttlMillis > 0) {
@@ -78,6 +81,12 @@ export class KeyCache extends Effect.Service<KeyCache>()("KeyCache", {
             if (entries.size >= MAX_KEYS) entries.delete(entries.keys().next().value!)
             entries.set(id, { row, until: now + ttlMillis })
           })),
+      /**
+       * Whether what a key authenticates as was read at `at` (`performance.now()`) may still be
+       * trusted: nothing was told changed since (never while not listening, so never with
+       * AUTH_CACHE_SECONDS=0). A run's first dispatch trusts its admission's read of its key so.
+       */
+      unchangedSince: (at: number) => Effect.sync(() => listening && changedAt < at),
       /** Forgets every key: call once a change of a key, tenant or environment committed. */
       forget: Effect.sync(forgetAll)
     } as const

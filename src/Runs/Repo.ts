@@ -6,11 +6,13 @@
  * the cell's generation under the run's lock (its own transaction, no read first); otherwise (a
  * cancel request, an actor after a read, a version that moved) the run's row is locked and read
  * first (`FOR UPDATE`), so the run actor and a cancel request are serialised either way. A run that
- * ended or was admitted here is taken by its waiter or its actor from the caches rather than read.
+ * ended or was admitted here is taken by its waiter or its actor from the caches rather than read,
+ * and so is what an admission in a request read for the run's first dispatch with its last statement.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Deferred, Effect, Either, Layer, Option } from "effect"
 
+import { AppConfig } from "../Config/AppConfig.js"
 import { exhausted, type QuotaLimits, RUN_QUOTAS } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
@@ -18,6 +20,7 @@ import { UnitOfWork } from "../Kernel/UnitOfWork.js"
 import { recordRunCommit } from "../Observability/Metrics.js"
 import { countAdmission, usedNow } from "../Quotas/Queries.js"
 import { admittedRow, applied, plan } from "./Commit.js"
+import { firstDispatchQuery } from "./Queries.js"
 import { makeRunCaches } from "./RunCaches.js"
 import { type Admission, type Commit, type ConversationRow, type EventRow, type RunRow, RunStore, type RunStoreShape } from "./RunStore.js"
 import * as Statements from "./Statements.js"
@@ -25,7 +28,8 @@ import * as Statements from "./Statements.js"
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   // the bookkeeping of a commit made in a request's transaction (admission, a cancel) waits for its commit
-  const { afterCommit, withCommit } = yield* UnitOfWork
+  const { afterCommit, readWithCommit, withCommit } = yield* UnitOfWork
+  const contextBytes = (yield* AppConfig).runs.contextBytes
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
   const caches = makeRunCaches()
 
@@ -85,6 +89,16 @@ const make = Effect.gen(function*() {
       // a statement of its own all the same, after the run's, and one round trip less.
       const input = Statements.appendInput(sql, row)
       if (!(yield* withCommit(input))) yield* input
+      // The run's first dispatch reads (its key, revision and window) ride that statement too, for
+      // its actor if it starts here (issue 37: a statement less per run; DispatchReads).
+      const readAt = performance.now()
+      const firstRead = yield* readWithCommit(firstDispatchQuery(
+        sql,
+        { ...row, agent_revision_id: conversation.agent_revision_id },
+        contextBytes,
+        row.created_at,
+        { item: row.item }
+      ))
       // Counted and kept once the request's transaction committed (admission runs inside it).
       yield* afterCommit(Effect.zipRight(
         recordRunCommit("none", [{ type: "run.queued", data: { status: "queued" } }]),
@@ -92,6 +106,8 @@ const make = Effect.gen(function*() {
           const admitted = admittedRow(row, eventId, conversation)
           caches.keep(admitted)
           caches.keepAdmitted(admitted)
+          const read = firstRead?.()
+          if (read !== undefined) caches.keepFirstRead(row.id, { row: read, readAt })
         })
       ))
       return { _tag: "Admitted", eventId, conversation } as const
@@ -206,6 +222,7 @@ const make = Effect.gen(function*() {
       Effect.flatMap(now, (at) => Statements.insertConversation(sql, row, at)),
     run,
     starting,
+    takeFirstRead: caches.takeFirstRead,
     ended,
     runOfCell,
     admit,
@@ -219,4 +236,4 @@ const make = Effect.gen(function*() {
 })
 
 /** The run store in Postgres. */
-export const RunStoreSql: Layer.Layer<RunStore, never, SqlClient.SqlClient | UnitOfWork> = Layer.effect(RunStore, make)
+export const RunStoreSql: Layer.Layer<RunStore, never, SqlClient.SqlClient | UnitOfWork | AppConfig> = Layer.effect(RunStore, make)

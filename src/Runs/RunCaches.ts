@@ -5,7 +5,8 @@
  *   - ended runs' rows, for their waiters (`ended`): an ended run's row never changes again;
  *   - admitted runs' rows, for their actors (`starting`): taken once and only while fresh, and the
  *     actor's commits are guarded by the run's version, so a run changed elsewhere meanwhile costs
- *     a read under its lock, never a lost write;
+ *     a read under its lock, never a lost write; with what their admission read for their first
+ *     dispatch (`takeFirstRead`), which the actor trusts only if no key changed since;
  *   - unfinished runs' last-written rows, for their actors' next commits (`commitAll`): such a
  *     commit is guarded by the run's version and the cell's generation in the database, so a row
  *     another process wrote since only sends the commit to lock and read the run.
@@ -14,7 +15,7 @@
 import { Deferred, FiberId } from "effect"
 
 import * as RunState from "../Domain/RunState.js"
-import type { RunRow } from "./RunStore.js"
+import type { FirstRead, RunRow } from "./RunStore.js"
 import type { Locked } from "./Statements.js"
 
 /** How many ended runs' rows are kept for their waiters (`ended`): a waiter takes its row within milliseconds. */
@@ -47,6 +48,8 @@ export const makeRunCaches = () => {
    * milliseconds of it; a run whose cell moved meanwhile is read).
    */
   const admittedHere = new Map<string, { readonly row: RunRow; readonly at: number }>()
+  /** What admissions here read for their runs' first dispatch, kept like `admittedHere`. */
+  const firstReads = new Map<string, FirstRead & { readonly at: number }>()
 
   /**
    * Runs as this process last wrote them (its admission or commit), for the next commit of their
@@ -87,6 +90,14 @@ export const makeRunCaches = () => {
       if (admitted === undefined) return undefined
       admittedHere.delete(id)
       return Date.now() - admitted.at <= ADMITTED_FRESH_MS ? admitted.row : undefined
+    },
+    keepFirstRead: (id: string, read: FirstRead) => remember(firstReads, id, { ...read, at: Date.now() }, ENDED_KEPT),
+    /** The admission's read for the run's first dispatch, taken; undefined when not kept or no longer fresh. */
+    takeFirstRead: (id: string): FirstRead | undefined => {
+      const read = firstReads.get(id)
+      if (read === undefined) return undefined
+      firstReads.delete(id)
+      return Date.now() - read.at <= ADMITTED_FRESH_MS ? { row: read.row, readAt: read.readAt } : undefined
     },
     /** The run as this process last wrote it, if it is unfinished and kept. */
     known: (id: string) => kept.get(id),

@@ -115,6 +115,12 @@ export interface Commit<E = never> {
  * item. The run takes its workspace and agent revision from its conversation, which must be the
  * cell's (and of `workspace` when given: a quickstart key's).
  */
+/** A row of `firstDispatchQuery` as JSON, and when it was read (`performance.now()` before the statement). */
+export interface FirstRead {
+  readonly row: unknown
+  readonly readAt: number
+}
+
 export interface Admission {
   readonly id: string
   readonly tenant_id: string
@@ -158,6 +164,12 @@ export interface RunStoreShape {
    * within seconds of the admission (no read), else read.
    */
   readonly starting: (id: string) => Effect.Effect<Option.Option<RunRow>, SqlError>
+  /**
+   * What the run's admission read for its first dispatch in its request's last statement
+   * (`firstDispatchQuery` with the admitted input), taken once; undefined when it was not admitted
+   * here or not lately (the actor reads it then).
+   */
+  readonly takeFirstRead: (id: string) => FirstRead | undefined
   /**
    * The run once it ended: the row this process's commit that ended it wrote, taken once (no
    * read), else read. For `Prefer: wait`, told of the end by the run's terminal event.

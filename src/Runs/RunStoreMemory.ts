@@ -130,6 +130,8 @@ export const make: Effect.Effect<MemoryRunStore> = Effect.gen(function*() {
       }),
     run,
     starting: run,
+    // (admissions here read nothing ahead for the first dispatch)
+    takeFirstRead: () => undefined,
     ended: run,
     runOfCell: (tenantId, environment, id) =>
       Effect.map(run(id), Option.filter((r) => r.tenant_id === tenantId && r.environment === environment)),

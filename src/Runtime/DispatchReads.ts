@@ -2,28 +2,26 @@
  * What a run actor reads before its first model call (issue 20): whether the run's key may still
  * act, the pinned revision with its model profile, and the conversation's window. In Postgres, one
  * statement (one round trip and one snapshot) made of the three queries their owners keep
- * (`authorizationQuery`, `revisionContextQuery`, `itemsQuery`), where three statements were read
- * one after the other with nothing dispatched between them. Later dispatches read the key and the
- * window on their own, as before.
+ * (`firstDispatchQuery`, src/Runs/Queries.ts), where three statements were read one after the other
+ * with nothing dispatched between them. Later dispatches read the key and the window on their own.
+ *
+ * A run admitted by a request of this process had that statement read with the request's last
+ * statement (issue 37: `RunStore.takeFirstRead`, a round trip less per run): its actor takes it
+ * instead of reading, if it is fresh and no key, tenant or environment was told changed since it
+ * was read (`KeyCache.unchangedSince`; a process that is not listening for such changes reads).
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Context, Effect, Layer, Schema } from "effect"
 
 import { Agents } from "../Agents.js"
-import { RevisionContext, revisionContextQuery } from "../Agents/Queries.js"
-import { Platform } from "../Platform.js"
-import { Authorization, authorizationOf, authorizationQuery } from "../Platform/Queries.js"
+import { RevisionContext } from "../Agents/Queries.js"
+import { KeyCache, Platform } from "../Platform.js"
+import { Authorization, authorizationOf } from "../Platform/Queries.js"
 import { RunStore } from "../Runs.js"
-import { itemsQuery } from "../Runs/Queries.js"
+import { type Dispatched, firstDispatchQuery } from "../Runs/Queries.js"
 
-/** The run as these reads need it. */
-export interface Dispatched {
-  readonly key_id: string
-  readonly user_id: string | null
-  readonly agent_revision_id: string
-  readonly conversation_id: string
-}
+export type { Dispatched } from "../Runs/Queries.js"
 
 export interface FirstDispatch {
   readonly authorization: Authorization
@@ -34,7 +32,8 @@ export interface FirstDispatch {
 }
 
 export class DispatchReads extends Context.Tag("DispatchReads")<DispatchReads, {
-  readonly first: (run: Dispatched, budgetBytes: number) => Effect.Effect<FirstDispatch, SqlError>
+  /** `run.id`: the run, whose admission may have read this already (see above) */
+  readonly first: (run: Dispatched & { readonly id?: string }, budgetBytes: number) => Effect.Effect<FirstDispatch, SqlError>
 }>() {}
 
 const Combined = Schema.Struct({
@@ -45,32 +44,58 @@ const Combined = Schema.Struct({
 const decodeCombined = Schema.decodeUnknown(Combined)
 const decodeRevision = Schema.decodeUnknown(RevisionContext)
 
-/** The revision's columns, as `revisionContextQuery` names them. */
-const REVISION_COLUMNS = Object.keys(RevisionContext.fields).map((c) => `c.${c}`).join(", ")
+/** The row's first dispatch, decoded. */
+const decoded = (row: unknown) =>
+  Effect.gen(function*() {
+    const combined = yield* Effect.orDie(decodeCombined(row))
+    return {
+      authorization: authorizationOf(combined.authorization),
+      revision: combined.model_profile_id === null ? undefined : yield* Effect.orDie(decodeRevision(row)),
+      items: combined.items ?? []
+    }
+  })
 
-/** In Postgres: one statement. */
-export const DispatchReadsSql: Layer.Layer<DispatchReads, never, SqlClient.SqlClient> = Layer.effect(
+/** The `bytea` columns of the revision, which a row read as JSON has as `\x` hex strings. */
+const BYTES = ["credential_ciphertext", "credential_iv", "credential_tag"] as const
+
+/** A row of `firstDispatchQuery` read as JSON (`to_jsonb`), as the driver would have read it. */
+const fromJson = (row: unknown): unknown => {
+  if (row === null || typeof row !== "object") return row
+  const out: Record<string, unknown> = { ...row }
+  for (const column of BYTES) {
+    const value = out[column]
+    if (typeof value === "string" && value.startsWith("\\x")) out[column] = Buffer.from(value.slice(2), "hex")
+  }
+  return out
+}
+
+/** A row of `firstDispatchQuery` read as JSON (the admission's read), decoded. */
+export const carriedDispatch = (row: unknown) => decoded(fromJson(row))
+
+/** In Postgres: one statement, or none when the run's admission read it here. */
+export const DispatchReadsSql: Layer.Layer<DispatchReads, never, SqlClient.SqlClient | RunStore | KeyCache> = Layer.effect(
   DispatchReads,
-  Effect.map(SqlClient.SqlClient, (sql) => ({
-    first: (run, budgetBytes) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const store = yield* RunStore
+    const keys = yield* KeyCache
+    const read = (run: Dispatched, budgetBytes: number) =>
       Effect.gen(function*() {
         const at = new Date(yield* Clock.currentTimeMillis)
-        const row = yield* sql`
-          SELECT a.authorization, ${sql.literal(REVISION_COLUMNS)},
-                 (SELECT jsonb_agg(w.item ORDER BY w.position) FROM (${itemsQuery(sql, run.conversation_id, budgetBytes)}) w) AS items
-          FROM (SELECT 1) one
-          LEFT JOIN (${authorizationQuery(sql, run.key_id, run.user_id, at)}) a ON TRUE
-          LEFT JOIN (${revisionContextQuery(sql, run.agent_revision_id)}) c ON TRUE`.pipe(
-          Effect.map((rows) => rows[0])
-        )
-        const combined = yield* Effect.orDie(decodeCombined(row))
-        return {
-          authorization: authorizationOf(combined.authorization),
-          revision: combined.model_profile_id === null ? undefined : yield* Effect.orDie(decodeRevision(row)),
-          items: combined.items ?? []
-        }
+        const [row] = yield* firstDispatchQuery(sql, run, budgetBytes, at)
+        return yield* decoded(row)
       })
-  }))
+    return {
+      first: (run, budgetBytes) =>
+        Effect.gen(function*() {
+          const carried = run.id === undefined ? undefined : store.takeFirstRead(run.id)
+          if (carried !== undefined && carried.row !== null && (yield* keys.unchangedSince(carried.readAt))) {
+            return yield* carriedDispatch(carried.row)
+          }
+          return yield* read(run, budgetBytes)
+        })
+    }
+  })
 )
 
 /** The same reads made one by one through their services (the run actor's tests over memory). */
