@@ -22,7 +22,7 @@
  */
 import { type FileSystem, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { SqlClient, type Statement } from "@effect/sql"
+import { SqlClient } from "@effect/sql"
 import { Cause, Data, Effect, Exit, Option, Schema, Scope } from "effect"
 
 import { ActorSessions } from "../ActorSessions.js"
@@ -156,23 +156,17 @@ const finish = (response: HttpServerResponse.HttpServerResponse, state: RequestS
 class RolledBack extends Data.TaggedError("RolledBack")<{ readonly response: HttpServerResponse.HttpServerResponse }> {}
 
 /**
- * The writes that ride the transaction's last statement (`UnitOfWork.withCommit`), taken by the
- * statement that sends them.
+ * What rides the transaction's last statement, taken by the statement that sends it: the writes
+ * (`UnitOfWork.withCommit`) and the reads (`UnitOfWork.readWithCommit`), which `carried` gives
+ * their rows from that statement's answer.
  */
-const takeWrites = (state: RequestState): ReadonlyArray<Statement.Fragment> => {
+const takeLast = (state: RequestState) => {
   const writes = state.withCommit ?? []
-  state.withCommit = []
-  return writes
-}
-
-/**
- * The reads that ride the transaction's last statement (`UnitOfWork.readWithCommit`), taken by the
- * statement that sends them: `carried` gives each its row from that statement's answer.
- */
-const takeReads = (state: RequestState) => {
   const reads = state.readsWithCommit ?? []
+  state.withCommit = []
   state.readsWithCommit = []
   return {
+    writes,
     reads: reads.map((r) => r.read),
     carried: (values: ReadonlyArray<unknown>) => reads.forEach((r, i) => (r.row = values[i]))
   }
@@ -193,10 +187,9 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
     state.withCommit = []
     state.readsWithCommit = []
     const written = Effect.tap(work, () => {
-      const left = takeWrites(state)
-      const { carried, reads } = takeReads(state)
-      if (left.length === 0 && reads.length === 0) return Effect.void
-      return sql<Record<string, unknown>>`${Rows.withWrites(sql, left)} SELECT ${
+      const { carried, reads, writes } = takeLast(state)
+      if (writes.length === 0 && reads.length === 0) return Effect.void
+      return sql<Record<string, unknown>>`${Rows.withWrites(sql, writes)} SELECT ${
         reads.length === 0 ? sql`1` : Rows.readColumns(sql, reads)
       }`.pipe(Effect.map((rows) => carried(Rows.readValues(rows[0], reads.length))), Effect.orDie)
     })
@@ -253,13 +246,9 @@ const transactional = <E, R>(
           fingerprint,
           Idempotency.storedForm(response.status, body, () => AuditTrail.bodyText(response), state.requestId, state.headers)
         )
-        const { carried, reads } = takeReads(state)
-        carried(
-          yield* AuditTrail.write(trail, state, AuditTrail.keyHolder(principal, state), response.status, body, [
-            stored,
-            ...takeWrites(state)
-          ], reads)
-        )
+        const { carried, reads, writes } = takeLast(state)
+        const who = AuditTrail.keyHolder(principal, state)
+        carried(yield* AuditTrail.write(trail, state, who, response.status, body, [stored, ...writes], reads))
         return response
       }),
       state
@@ -271,9 +260,7 @@ const transactional = <E, R>(
       }
       return committed.response
     }
-    if (state.continuation === undefined || gate.outcome === "replayed") {
-      return committed.response
-    }
+    if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
     // A retry replays the fuller answer too: it follows from the run (Runs.waitedReplay), not stored again.
     const instead = yield* state.continuation
     return Option.getOrElse(instead, () => committed.response)

@@ -4,10 +4,23 @@
  * pinned revision and the window: `firstDispatchQuery`), which the Runtime reads
  * (src/Runtime/DispatchReads.ts) unless the run's admission read it with its last statement.
  */
-import type { SqlClient } from "@effect/sql"
+import type { SqlClient, Statement } from "@effect/sql"
 
 import { RevisionContext, revisionContextQuery } from "../Agents/Queries.js"
 import { authorizationQuery } from "../Platform/Queries.js"
+
+/**
+ * The window of `items` (a relation of `item` and `position`): everything since its latest user
+ * message, and earlier items while the stored size of those after them stays within `budgetBytes`.
+ */
+const windowOf = (sql: SqlClient.SqlClient, items: Statement.Fragment, budgetBytes: number) =>
+  sql`WITH sized AS (
+        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
+        FROM ${items} i
+      )
+      SELECT item, position FROM sized
+      WHERE newer_bytes <= ${budgetBytes}
+         OR position >= (SELECT COALESCE(max(position), 0) FROM ${items} u WHERE u.item->>'type' = 'user_message')`
 
 /**
  * The conversation's window (`RunStore.items`), unordered: rows of `item` and `position`. A query of
@@ -15,14 +28,7 @@ import { authorizationQuery } from "../Platform/Queries.js"
  * (src/Runtime/DispatchReads.ts).
  */
 export const itemsQuery = (sql: SqlClient.SqlClient, conversationId: string, budgetBytes: number) =>
-  sql`WITH sized AS (
-        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes
-        FROM conversation_items WHERE conversation_id = ${conversationId}
-      )
-      SELECT item, position FROM sized
-      WHERE newer_bytes <= ${budgetBytes}
-         OR position >= (SELECT COALESCE(max(position), 0) FROM conversation_items
-                         WHERE conversation_id = ${conversationId} AND item->>'type' = 'user_message')`
+  windowOf(sql, sql`(SELECT item, position FROM conversation_items WHERE conversation_id = ${conversationId})`, budgetBytes)
 
 /**
  * The window of a conversation whose next item (`pending`, at the next position) is being written by
@@ -31,17 +37,14 @@ export const itemsQuery = (sql: SqlClient.SqlClient, conversationId: string, bud
  * items than a read after the commit would.)
  */
 const itemsWithPendingQuery = (sql: SqlClient.SqlClient, conversationId: string, budgetBytes: number, pending: unknown) =>
-  sql`WITH items AS (
-        SELECT item, position FROM conversation_items WHERE conversation_id = ${conversationId}
-        UNION ALL
-        SELECT ${JSON.stringify(pending)}::jsonb, COALESCE(MAX(position), 0) + 1
-        FROM conversation_items WHERE conversation_id = ${conversationId}
-      ), sized AS (
-        SELECT item, position, sum(pg_column_size(item)) OVER (ORDER BY position DESC) AS newer_bytes FROM items
-      )
-      SELECT item, position FROM sized
-      WHERE newer_bytes <= ${budgetBytes}
-         OR position >= (SELECT COALESCE(max(position), 0) FROM items WHERE item->>'type' = 'user_message')`
+  windowOf(
+    sql,
+    sql`(SELECT item, position FROM conversation_items WHERE conversation_id = ${conversationId}
+         UNION ALL
+         SELECT ${JSON.stringify(pending)}::jsonb, COALESCE(MAX(position), 0) + 1
+         FROM conversation_items WHERE conversation_id = ${conversationId})`,
+    budgetBytes
+  )
 
 /** The run as its first dispatch's read needs it. */
 export interface Dispatched {

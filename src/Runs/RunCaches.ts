@@ -33,6 +33,24 @@ const remember = <V>(map: Map<string, V>, key: string, value: V, max: number) =>
   if (map.size > max) map.delete(map.keys().next().value!)
 }
 
+/**
+ * What admissions here leave for their runs' actors, by run: taken once, and only within
+ * ADMITTED_FRESH_MS of being kept (an actor starts within milliseconds; a run whose cell moved
+ * meanwhile is read); at most ENDED_KEPT, the oldest dropped.
+ */
+const freshOnce = <V>() => {
+  const kept = new Map<string, { readonly value: V; readonly at: number }>()
+  return {
+    keep: (id: string, value: V) => remember(kept, id, { value, at: Date.now() }, ENDED_KEPT),
+    take: (id: string): V | undefined => {
+      const entry = kept.get(id)
+      if (entry === undefined) return undefined
+      kept.delete(id)
+      return Date.now() - entry.at <= ADMITTED_FRESH_MS ? entry.value : undefined
+    }
+  }
+}
+
 export const makeRunCaches = () => {
   /** Rows of runs this process's commits ended, until taken (at most ENDED_KEPT, the oldest dropped). */
   const endedHere = new Map<string, RunRow>()
@@ -42,14 +60,10 @@ export const makeRunCaches = () => {
    */
   const ending = new Map<string, Deferred.Deferred<RunRow | undefined>>()
 
-  /**
-   * Runs this process admitted, until their actor takes them: at most ENDED_KEPT, the oldest
-   * dropped, and only within ADMITTED_FRESH_MS of the admission (an actor starts within
-   * milliseconds of it; a run whose cell moved meanwhile is read).
-   */
-  const admittedHere = new Map<string, { readonly row: RunRow; readonly at: number }>()
-  /** What admissions here read for their runs' first dispatch, kept like `admittedHere`. */
-  const firstReads = new Map<string, FirstRead & { readonly at: number }>()
+  /** Runs this process admitted, until their actor takes them (`freshOnce`). */
+  const admittedHere = freshOnce<RunRow>()
+  /** What admissions here read for their runs' first dispatch, until their actor takes it. */
+  const firstReads = freshOnce<FirstRead>()
 
   /**
    * Runs as this process last wrote them (its admission or commit), for the next commit of their
@@ -83,22 +97,12 @@ export const makeRunCaches = () => {
         }
       }
     },
-    keepAdmitted: (row: RunRow) => remember(admittedHere, row.id, { row, at: Date.now() }, ENDED_KEPT),
+    keepAdmitted: (row: RunRow) => admittedHere.keep(row.id, row),
     /** The admitted run's row, taken; undefined when not kept or no longer fresh (the caller reads it). */
-    takeAdmitted: (id: string) => {
-      const admitted = admittedHere.get(id)
-      if (admitted === undefined) return undefined
-      admittedHere.delete(id)
-      return Date.now() - admitted.at <= ADMITTED_FRESH_MS ? admitted.row : undefined
-    },
-    keepFirstRead: (id: string, read: FirstRead) => remember(firstReads, id, { ...read, at: Date.now() }, ENDED_KEPT),
+    takeAdmitted: admittedHere.take,
+    keepFirstRead: firstReads.keep,
     /** The admission's read for the run's first dispatch, taken; undefined when not kept or no longer fresh. */
-    takeFirstRead: (id: string): FirstRead | undefined => {
-      const read = firstReads.get(id)
-      if (read === undefined) return undefined
-      firstReads.delete(id)
-      return Date.now() - read.at <= ADMITTED_FRESH_MS ? { row: read.row, readAt: read.readAt } : undefined
-    },
+    takeFirstRead: firstReads.take,
     /** The run as this process last wrote it, if it is unfinished and kept. */
     known: (id: string) => kept.get(id),
     /** Keeps the run as this process just wrote it (an ended run is let go). */

@@ -89,7 +89,7 @@ export const DispatchReadsSql: Layer.Layer<DispatchReads, never, SqlClient.SqlCl
       first: (run, budgetBytes) =>
         Effect.gen(function*() {
           const carried = run.id === undefined ? undefined : store.takeFirstRead(run.id)
-          if (carried !== undefined && carried.row !== null && (yield* keys.unchangedSince(carried.readAt))) {
+          if (carried !== undefined && (yield* keys.unchangedSince(carried.readAt))) {
             return yield* carriedDispatch(carried.row)
           }
           return yield* read(run, budgetBytes)
