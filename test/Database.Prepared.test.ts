@@ -6,7 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 
-import { preparable, prepareStatements } from "../src/Database/Prepared.js"
+import { preparable, prepareStatements, statementNames } from "../src/Database/Prepared.js"
 import { freshDatabase, pg } from "./support/Database.js"
 
 interface Client {
@@ -20,7 +20,7 @@ const connected = (url: string, limit: number) =>
     Effect.promise(async () => {
       const client = new pg.Client({ connectionString: url }) as unknown as Client
       await client.connect()
-      prepareStatements(client as any, limit)
+      prepareStatements(client as any, statementNames(limit))
       return client
     }),
     (client) => Effect.promise(() => client.end())

@@ -17,7 +17,8 @@ import { Shares } from "../Kernel/Shares.js"
 import * as Embedded from "./Embedded.js"
 import * as Listener from "./Listener.js"
 import * as Migrations from "./Migrations.js"
-import { prepareStatements, type QueryingClient } from "./Prepared.js"
+import { pipelineTransactions, released } from "./Pipelined.js"
+import { prepareStatements, type QueryingClient, statementNames } from "./Prepared.js"
 
 export class DatabaseLost extends Data.TaggedError("DatabaseLost")<{ readonly message: string }> {}
 
@@ -60,6 +61,20 @@ interface Pool {
   end(): Promise<void>
   on(event: "error", listener: (error: Error) => void): void
   on(event: "connect", listener: (client: QueryingClient) => void): void
+  on(event: "release", listener: (error: unknown, client: QueryingClient) => void): void
+}
+
+/**
+ * How the pool's connections send their statements: hot ones prepared (up to `prepared` a
+ * connection), a transaction's BEGIN and COMMIT with its first and last statements.
+ */
+export const configureConnections = (pool: Pick<Pool, "on">, prepared: number) => {
+  pool.on("connect", (client) => {
+    const nameOf = statementNames(prepared)
+    prepareStatements(client, nameOf)
+    pipelineTransactions(client, nameOf)
+  })
+  pool.on("release", (_error, client) => released(client))
 }
 
 /**
@@ -128,7 +143,7 @@ const pool = (url: Redacted.Redacted, max: number, prepared: number, idleInTrans
           idle_in_transaction_session_timeout: idleInTransactionMillis
         })
         pool.on("error", () => undefined) // an idle client's error: the next query reports it
-        pool.on("connect", (client) => prepareStatements(client, prepared))
+        configureConnections(pool, prepared)
         try {
           await pool.query("SELECT 1")
           return pool

@@ -23,19 +23,29 @@ const STAR = /(^|[\s,(])(\w+\.)?\*(\s|,|;|$)/
 /** Whether a statement's text may be prepared (see above). */
 export const preparable = (text: string) => !STAR.test(text)
 
-/** Makes `client` run its parameterised statements as named prepared statements. */
-export const prepareStatements = (client: QueryingClient, limit: number) => {
-  if (limit <= 0) return
-  const unnamed = client.query.bind(client)
+/**
+ * Names statement texts for one connection: `s0`, `s1`... for each new preparable text, up to
+ * `limit` of them; `undefined` for the others (run unnamed).
+ */
+export const statementNames = (limit: number) => {
   const names = new Map<string, string | null>()
+  return (text: string): string | undefined => {
+    let name = names.get(text)
+    if (name === undefined && names.size < limit) {
+      name = preparable(text) ? `s${names.size}` : null
+      names.set(text, name)
+    }
+    return name ?? undefined
+  }
+}
+
+/** Makes `client` run its parameterised statements as named prepared statements (`nameOf`'s names). */
+export const prepareStatements = (client: QueryingClient, nameOf: (text: string) => string | undefined) => {
+  const unnamed = client.query.bind(client)
   client.query = (config: unknown, values?: unknown, callback?: unknown) => {
     if (typeof config === "string" && Array.isArray(values) && values.length > 0) {
-      let name = names.get(config)
-      if (name === undefined && names.size < limit) {
-        name = preparable(config) ? `s${names.size}` : null
-        names.set(config, name)
-      }
-      if (typeof name === "string") return unnamed({ name, text: config, values }, callback)
+      const name = nameOf(config)
+      if (name !== undefined) return unnamed({ name, text: config, values }, callback)
     }
     return unnamed(config, values, callback)
   }

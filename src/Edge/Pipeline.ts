@@ -31,6 +31,7 @@ import { Cells, CellUnavailable } from "../Cells/Cells.js"
 import { AdmitRequest } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
+import * as Pipelined from "../Database/Pipelined.js"
 import * as Rows from "../Database/Rows.js"
 import {
   type ApiError,
@@ -191,7 +192,7 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
       if (writes.length === 0 && reads.length === 0) return Effect.void
       return sql<Record<string, unknown>>`${Rows.withWrites(sql, writes)} SELECT ${
         reads.length === 0 ? sql`1` : Rows.readColumns(sql, reads)
-      }`.pipe(Effect.map((rows) => carried(Rows.readValues(rows[0], reads.length))), Effect.orDie)
+      }`.pipe(Pipelined.commitsWith, Effect.map((rows) => carried(Rows.readValues(rows[0], reads.length))), Effect.orDie)
     })
     const committed = yield* sql.withTransaction(written).pipe(
       Effect.map((response) => ({ response, kept: true })),
@@ -248,7 +249,8 @@ const transactional = <E, R>(
         )
         const { carried, reads, writes } = takeLast(state)
         const who = AuditTrail.keyHolder(principal, state)
-        carried(yield* AuditTrail.write(trail, state, who, response.status, body, [stored, ...writes], reads))
+        // the transaction's last statement: it carries the COMMIT (one round trip less)
+        carried(yield* Pipelined.commitsWith(AuditTrail.write(trail, state, who, response.status, body, [stored, ...writes], reads)))
         return response
       }),
       state

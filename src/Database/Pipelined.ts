@@ -1,0 +1,214 @@
+/**
+ * A transaction's `BEGIN` and `COMMIT` travel with its first and last statements (issue 37).
+ *
+ * `@effect/sql` opens a transaction with `BEGIN` and ends it with `COMMIT`, each a round trip of
+ * its own that the process waits for: a mutation of three statements was five round trips. On a
+ * connection of the pool, this sends them with their neighbours instead, in the extended
+ * protocol's one message sequence up to its `Sync` (Postgres runs them in order, as if sent one by
+ * one, and answers once):
+ *
+ * - `BEGIN` is answered at once and sent with the transaction's first parameterised statement
+ *   (`BEGIN` then the statement); one without parameters (the simple protocol, which may hold
+ *   several statements) has it sent on its own first, as before; a transaction that sends nothing
+ *   sends neither its `BEGIN` nor its `COMMIT` or `ROLLBACK`.
+ * - `commitsWith(effect)`: the statement `effect` sends (one, the transaction's last) carries the
+ *   `COMMIT`. Postgres skips what follows a failed statement up to the `Sync`, so when the
+ *   statement fails nothing is committed and the transaction is rolled back as before; when the
+ *   `COMMIT` itself fails, the statement reports its error. Once it committed, the transaction's
+ *   own `COMMIT` is answered at once, and so is a `ROLLBACK` (work that fails after its last
+ *   statement does not undo it: the caller's last statement is its point of no return), and a
+ *   further statement on that transaction is refused.
+ *
+ * Which messages carry what is `pg`'s `Query` with two steps added (its `prepare` and `_getRows`,
+ * pg 8.23); the answers to `BEGIN` and `COMMIT` are not the statement's result. A connection's
+ * state is reset when it goes back to the pool.
+ */
+import { createRequire } from "node:module"
+
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+
+import type { QueryingClient } from "./Prepared.js"
+
+/** What is used here of `pg`'s connection (its protocol writer). */
+interface Wire {
+  parse(query: { readonly text: string }): void
+  bind(config?: object): void
+  execute(config?: { readonly portal?: string; readonly rows?: number }): void
+  sync(): void
+}
+
+type Callback = (error: Error | null, result?: unknown) => void
+
+/** What is used here of `pg`'s `Query` (a "submittable": `client.query` sends it as it is). */
+interface QueryShape {
+  name: string | undefined
+  readonly portal: string
+  prepare(connection: Wire): void
+  _getRows(connection: Wire, rows: number | undefined): void
+  handleCommandComplete(message: unknown, connection: Wire): void
+}
+type QueryClass = new(config: {
+  readonly name?: string | undefined
+  readonly text: string
+  readonly values: ReadonlyArray<unknown>
+  readonly callback: Callback
+}) => QueryShape
+
+const { Query } = createRequire(import.meta.url)("pg") as { readonly Query: QueryClass }
+
+/**
+ * A statement sent with `BEGIN` before it and/or `COMMIT` after it. Their answers (each a parse,
+ * a bind and a command tag) are not the statement's; while `BEGIN`'s are read, the statement's
+ * name is hidden from the client, which would otherwise record it as parsed on `BEGIN`'s parse.
+ */
+class WithNeighbours extends Query {
+  private ownName: string | undefined
+  private hidden = false
+  private beginAnswered = false
+  private statementAnswered = false
+
+  constructor(
+    config: {
+      readonly name: string | undefined
+      readonly text: string
+      readonly values: ReadonlyArray<unknown>
+      readonly callback: Callback
+    },
+    private readonly begin: boolean,
+    private readonly commit: boolean
+  ) {
+    super(config)
+    this.ownName = config.name // (the field's definition after \`super\` reset what the setter kept)
+  }
+
+  // `Query`'s constructor assigns `name`: kept here, read through the accessor
+  override get name() {
+    return this.hidden ? undefined : this.ownName
+  }
+  override set name(name: string | undefined) {
+    this.ownName = name
+  }
+
+  override prepare(connection: Wire) {
+    if (this.begin) {
+      connection.parse({ text: "BEGIN" })
+      connection.bind()
+      connection.execute()
+    }
+    super.prepare(connection)
+    this.hidden = this.begin
+  }
+
+  override _getRows(connection: Wire, rows: number | undefined) {
+    if (!this.commit || rows) return super._getRows(connection, rows)
+    connection.execute({ portal: this.portal })
+    connection.parse({ text: "COMMIT" })
+    connection.bind()
+    connection.execute()
+    connection.sync()
+  }
+
+  override handleCommandComplete(message: unknown, connection: Wire) {
+    if (this.begin && !this.beginAnswered) {
+      this.beginAnswered = true
+      this.hidden = false
+      return
+    }
+    if (this.statementAnswered) return // the COMMIT's
+    this.statementAnswered = true
+    super.handleCommandComplete(message, connection)
+  }
+}
+
+/** A connection's transaction as sent so far. */
+interface State {
+  /** `BEGIN` answered, not sent yet. */
+  beginPending: boolean
+  /** The next statement carries the `COMMIT`. */
+  commitNext: boolean
+  /** A statement carried the `COMMIT` and it committed. */
+  committed: boolean
+}
+
+const states = new WeakMap<object, State>()
+
+const answered = (command: string) => ({ command, rowCount: null, rows: [], fields: [] })
+
+/** Sends `client`'s `BEGIN` and `COMMIT` with its statements (see the module comment). */
+export const pipelineTransactions = (client: QueryingClient, nameOf: (text: string) => string | undefined) => {
+  const send = client.query.bind(client)
+  const state: State = { beginPending: false, commitNext: false, committed: false }
+  states.set(client, state)
+  client.query = (config: unknown, values?: unknown, callback?: unknown) => {
+    if (typeof config === "string" && typeof callback === "function") {
+      const answer = callback as Callback
+      if (config === "BEGIN" && !state.beginPending) {
+        state.beginPending = true
+        return answer(null, answered("BEGIN"))
+      }
+      if (config === "COMMIT" || config === "ROLLBACK") {
+        const nothingSent = state.beginPending || state.committed
+        reset(state)
+        if (nothingSent) return answer(null, answered(config))
+        return send(config, values, callback)
+      }
+      if (state.committed) {
+        return answer(new Error(`a statement after its transaction's COMMIT: ${config.slice(0, 80)}`))
+      }
+      if ((state.beginPending || state.commitNext) && Array.isArray(values) && values.length > 0) {
+        const begin = state.beginPending
+        const commit = state.commitNext
+        state.beginPending = false
+        state.commitNext = false
+        return send(
+          new WithNeighbours(
+            {
+              name: nameOf(config),
+              text: config,
+              values,
+              callback: (error, result) => {
+                if (commit && error === null) state.committed = true
+                answer(error, result)
+              }
+            },
+            begin,
+            commit
+          )
+        )
+      }
+    }
+    if (state.beginPending) {
+      state.beginPending = false
+      ;(send("BEGIN") as Promise<unknown>).catch(() => undefined) // its statement reports a lost connection
+    }
+    return send(config, values, callback)
+  }
+}
+
+const reset = (state: State) => {
+  state.beginPending = false
+  state.commitNext = false
+  state.committed = false
+}
+
+/** Forgets what `client`'s last transaction left (when it goes back to the pool). */
+export const released = (client: object) => {
+  const state = states.get(client)
+  if (state !== undefined) reset(state)
+}
+
+/**
+ * Runs `effect`, whose one statement is its transaction's last: that statement carries the
+ * `COMMIT` (see the module comment). Outside a transaction, or in a nested one, `effect` runs as it
+ * is; so it does if it sends no statement (the `COMMIT` is then sent on its own).
+ */
+export const commitsWith = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (transaction) => {
+    if (Option.isNone(transaction) || transaction.value[1] !== 0) return effect
+    const client = (transaction.value[0] as unknown as { readonly pg?: object }).pg
+    const state = client === undefined ? undefined : states.get(client)
+    if (state === undefined) return effect
+    state.commitNext = true
+    return Effect.ensuring(effect, Effect.sync(() => (state.commitNext = false)))
+  })

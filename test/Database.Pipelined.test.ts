@@ -1,0 +1,151 @@
+/**
+ * A transaction's BEGIN and COMMIT sent with its first and last statements
+ * (src/Database/Pipelined.ts), through @effect/sql on a real Postgres: the round trips a
+ * transaction costs, and that what commits and what rolls back is as before.
+ */
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Context, Effect, Exit, Layer } from "effect"
+import { createRequire } from "node:module"
+
+import { configureConnections } from "../src/Database/Client.js"
+import { commitsWith } from "../src/Database/Pipelined.js"
+import { freshDatabase, pg } from "./support/Database.js"
+
+interface Pool {
+  on(event: "connect", listener: (client: { connection: { on(e: string, f: () => void): void } }) => void): void
+  end(): Promise<void>
+}
+const { Pool } = createRequire(import.meta.url)("pg") as { Pool: new(c: object) => Pool }
+
+/** @effect/sql on one connection configured as the service's, counting its round trips (each ends in ReadyForQuery). */
+const oneConnection = Effect.gen(function*() {
+  const db = yield* freshDatabase
+  const pool = yield* Effect.acquireRelease(
+    Effect.sync(() => new Pool({ connectionString: db.url, max: 1 })),
+    (pool) => Effect.promise(() => pool.end())
+  )
+  const trips = { count: 0 }
+  configureConnections(pool as any, 10)
+  pool.on("connect", (client) => client.connection.on("readyForQuery", () => void trips.count++))
+  const context = yield* Layer.build(PgClient.layerFromPool({ acquire: Effect.succeed(pool as any) }))
+  const sql = Context.get(context, SqlClient.SqlClient)
+  yield* sql`CREATE TABLE t (a int PRIMARY KEY)`
+  yield* sql`CREATE TABLE p (id int PRIMARY KEY)`
+  yield* sql`CREATE TABLE c (p int REFERENCES p DEFERRABLE INITIALLY DEFERRED)`
+  /** The first column of `table`'s rows as another connection sees them (what committed). */
+  const committed = (table = "t") =>
+    Effect.promise(async () => {
+      const other = new pg.Client({ connectionString: db.url })
+      await other.connect()
+      try {
+        return (await other.query(`SELECT * FROM ${table} ORDER BY 1`)).rows.map((r) => Object.values(r)[0])
+      } finally {
+        await other.end()
+      }
+    })
+  const tripsOf = <A, E>(effect: Effect.Effect<A, E>) =>
+    Effect.gen(function*() {
+      const before = trips.count
+      const exit = yield* Effect.exit(effect)
+      return { exit, trips: trips.count - before }
+    })
+  return { sql, committed, tripsOf }
+})
+
+/** What Postgres (or the connection) said of a failed transaction. */
+const reason = (exit: Exit.Exit<unknown, unknown>) => {
+  const error = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
+  return String((error as { cause?: unknown } | undefined)?.cause ?? error)
+}
+
+describe("BEGIN and COMMIT with their neighbours", () => {
+  it.scoped("a transaction of three statements is three round trips; its last statement answers its own rows", () =>
+    Effect.gen(function*() {
+      const { committed, sql, tripsOf } = yield* oneConnection
+      const { exit, trips } = yield* tripsOf(sql.withTransaction(Effect.gen(function*() {
+        yield* sql`INSERT INTO t VALUES (${1})`
+        yield* sql`INSERT INTO t VALUES (${2})`
+        return yield* commitsWith(sql`INSERT INTO t VALUES (${3}) RETURNING a`)
+      })))
+      expect(exit).toEqual(Exit.succeed([{ a: 3 }]))
+      // BEGIN with the first, COMMIT with the last: 3 round trips, where they were 5
+      expect(trips).toBe(3)
+      expect(yield* committed()).toEqual([1, 2, 3])
+      // without commitsWith, the COMMIT is a round trip of its own (they were 3)
+      const plain = yield* tripsOf(sql.withTransaction(sql`INSERT INTO t VALUES (${4})`))
+      expect(plain.trips).toBe(2)
+      // a whole transaction of one statement in one round trip
+      expect(yield* tripsOf(sql.withTransaction(commitsWith(sql`INSERT INTO t VALUES (${5})`)))).toEqual({
+        exit: Exit.succeed([]),
+        trips: 1
+      })
+      // a transaction that sends nothing costs nothing
+      expect((yield* tripsOf(sql.withTransaction(Effect.void))).trips).toBe(0)
+      expect(yield* committed()).toEqual([1, 2, 3, 4, 5])
+    }))
+
+  it.scoped("a failing statement, first, middle or last, commits nothing; the connection goes on", () =>
+    Effect.gen(function*() {
+      const { committed, sql } = yield* oneConnection
+      yield* sql`INSERT INTO t VALUES (${1})`
+      for (const failing of ["first", "middle", "last"] as const) {
+        const exit = yield* Effect.exit(sql.withTransaction(Effect.gen(function*() {
+          if (failing === "first") yield* sql`INSERT INTO t VALUES (${1})` // duplicate key
+          yield* sql`INSERT INTO t VALUES (${10})`
+          if (failing === "middle") yield* sql`INSERT INTO t VALUES (${1})`
+          yield* commitsWith(sql`INSERT INTO t VALUES (${failing === "last" ? 1 : 11})`)
+        })))
+        expect(Exit.isFailure(exit), failing).toBe(true)
+        expect(yield* committed(), failing).toEqual([1])
+      }
+      // a statement Postgres cannot parse, sent with BEGIN; then the same connection's next transaction
+      expect(Exit.isFailure(yield* Effect.exit(sql.withTransaction(sql`SELEKT ${1}`)))).toBe(true)
+      yield* sql.withTransaction(commitsWith(sql`INSERT INTO t VALUES (${2})`))
+      expect(yield* committed()).toEqual([1, 2])
+    }))
+
+  it.scoped("a COMMIT that fails (a deferred constraint) fails the last statement; nothing is kept", () =>
+    Effect.gen(function*() {
+      const { committed, sql } = yield* oneConnection
+      const exit = yield* Effect.exit(sql.withTransaction(Effect.gen(function*() {
+        yield* sql`INSERT INTO t VALUES (${5})`
+        yield* commitsWith(sql`INSERT INTO c VALUES (${99})`) // no p 99: refused at COMMIT
+      })))
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(reason(exit)).toMatch(/foreign key/)
+      expect(yield* committed()).toEqual([])
+      expect(yield* committed("c")).toEqual([])
+      // the connection goes on, outside a transaction too (nothing of the last one is left on it)
+      yield* sql`INSERT INTO t VALUES (${6})`
+      expect(yield* committed()).toEqual([6])
+    }))
+
+  it.scoped("a prepared statement sent with BEGIN is prepared once; work failing before any statement leaves nothing", () =>
+    Effect.gen(function*() {
+      const { committed, sql } = yield* oneConnection
+      for (const n of [1, 2, 3]) {
+        expect(yield* sql.withTransaction(sql`SELECT ${n}::int + 1 AS n`)).toEqual([{ n: n + 1 }])
+      }
+      const prepared = yield* sql`SELECT statement FROM pg_prepared_statements WHERE from_sql = false AND statement LIKE ${"%+ 1 AS n"}`
+      expect(prepared.length).toBe(1)
+      // a transaction whose work fails before sending anything, then a statement outside any
+      // transaction: it commits on its own (no BEGIN left pending on the connection)
+      expect(Exit.isFailure(yield* Effect.exit(sql.withTransaction(Effect.fail("refused"))))).toBe(true)
+      yield* sql`INSERT INTO t VALUES (${7})`
+      expect(yield* committed()).toEqual([7])
+    }))
+
+  it.scoped("a statement after the one that carried the COMMIT is refused", () =>
+    Effect.gen(function*() {
+      const { committed, sql } = yield* oneConnection
+      const exit = yield* Effect.exit(sql.withTransaction(Effect.gen(function*() {
+        yield* commitsWith(sql`INSERT INTO t VALUES (${8})`)
+        yield* sql`INSERT INTO t VALUES (${9})`
+      })))
+      expect(reason(exit)).toMatch(/after its transaction's COMMIT/)
+      // the last statement was the point of no return: it is committed
+      expect(yield* committed()).toEqual([8])
+    }))
+})
