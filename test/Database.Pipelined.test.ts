@@ -3,34 +3,16 @@
  * (src/Database/Pipelined.ts), through @effect/sql on a real Postgres: the round trips a
  * transaction costs, and that what commits and what rolls back is as before.
  */
-import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Effect, Exit, Layer } from "effect"
-import { createRequire } from "node:module"
+import { Cause, Effect, Exit } from "effect"
 
 import { configureConnections } from "../src/Database/Client.js"
 import { commitsWith } from "../src/Database/Pipelined.js"
-import { freshDatabase, pg } from "./support/Database.js"
+import { countedConnection, pg } from "./support/Database.js"
 
-interface Pool {
-  on(event: "connect", listener: (client: { connection: { on(e: string, f: () => void): void } }) => void): void
-  end(): Promise<void>
-}
-const { Pool } = createRequire(import.meta.url)("pg") as { Pool: new(c: object) => Pool }
-
-/** @effect/sql on one connection configured as the service's, counting its round trips (each ends in ReadyForQuery). */
+/** @effect/sql on one connection configured as the service's, counting its round trips. */
 const oneConnection = Effect.gen(function*() {
-  const db = yield* freshDatabase
-  const pool = yield* Effect.acquireRelease(
-    Effect.sync(() => new Pool({ connectionString: db.url, max: 1 })),
-    (pool) => Effect.promise(() => pool.end())
-  )
-  const trips = { count: 0 }
-  configureConnections(pool as any, 10)
-  pool.on("connect", (client) => client.connection.on("readyForQuery", () => void trips.count++))
-  const context = yield* Layer.build(PgClient.layerFromPool({ acquire: Effect.succeed(pool as any) }))
-  const sql = Context.get(context, SqlClient.SqlClient)
+  const { db, sql, trips } = yield* countedConnection((pool) => configureConnections(pool, 10))
   yield* sql`CREATE TABLE t (a int PRIMARY KEY)`
   yield* sql`CREATE TABLE p (id int PRIMARY KEY)`
   yield* sql`CREATE TABLE c (p int REFERENCES p DEFERRABLE INITIALLY DEFERRED)`

@@ -15,10 +15,11 @@ import type { FairScheduler } from "../Kernel/FairScheduler.js"
 import { CurrentShare, type FairShare, NODE_KEY } from "../Kernel/FairShare.js"
 import { Shares } from "../Kernel/Shares.js"
 import * as Embedded from "./Embedded.js"
+import { GroupCommit, type GroupPool, makeGroupCommit } from "./GroupCommit.js"
 import * as Listener from "./Listener.js"
 import * as Migrations from "./Migrations.js"
 import { pipelineTransactions, released } from "./Pipelined.js"
-import { prepareStatements, type QueryingClient, statementNames } from "./Prepared.js"
+import { prepareStatements, type QueryingClient, statementNameOf, statementNames } from "./Prepared.js"
 
 export class DatabaseLost extends Data.TaggedError("DatabaseLost")<{ readonly message: string }> {}
 
@@ -168,8 +169,10 @@ const poolLayer = (url: Redacted.Redacted, max: number, prepared: number, idleIn
       const shares = yield* Shares
       const share = shares.of("db")
       const made = yield* pool(url, max, prepared, idleInTransactionMillis)
-      return Layer.merge(
-        PgClient.layerFromPool({ acquire: Effect.succeed(fairPool(made, share, shares.scheduler)), applicationName: "agent-platform" }),
+      const fair = fairPool(made, share, shares.scheduler)
+      return Layer.mergeAll(
+        PgClient.layerFromPool({ acquire: Effect.succeed(fair), applicationName: "agent-platform" }),
+        Layer.succeed(GroupCommit, makeGroupCommit(fair as unknown as GroupPool, statementNameOf)),
         Layer.succeed(DatabasePool, {
           stats: Effect.sync(() => ({
             max,

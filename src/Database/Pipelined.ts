@@ -23,39 +23,11 @@
  * pg 8.23); the answers to `BEGIN` and `COMMIT` are not the statement's result. A connection's
  * state is reset when it goes back to the pool.
  */
-import { createRequire } from "node:module"
-
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 
+import { type Callback, Query, type Wire } from "./PgQuery.js"
 import type { QueryingClient } from "./Prepared.js"
-
-/** What is used here of `pg`'s connection (its protocol writer). */
-interface Wire {
-  parse(query: { readonly text: string }): void
-  bind(config?: object): void
-  execute(config?: { readonly portal?: string; readonly rows?: number }): void
-  sync(): void
-}
-
-type Callback = (error: Error | null, result?: unknown) => void
-
-/** What is used here of `pg`'s `Query` (a "submittable": `client.query` sends it as it is). */
-interface QueryShape {
-  name: string | undefined
-  readonly portal: string
-  prepare(connection: Wire): void
-  _getRows(connection: Wire, rows: number | undefined): void
-  handleCommandComplete(message: unknown, connection: Wire): void
-}
-type QueryClass = new(config: {
-  readonly name?: string | undefined
-  readonly text: string
-  readonly values: ReadonlyArray<unknown>
-  readonly callback: Callback
-}) => QueryShape
-
-const { Query } = createRequire(import.meta.url)("pg") as { readonly Query: QueryClass }
 
 /**
  * A statement sent with `BEGIN` before it and/or `COMMIT` after it. Their answers (each a parse,

@@ -39,8 +39,14 @@ export const statementNames = (limit: number) => {
   }
 }
 
+const namers = new WeakMap<object, (text: string) => string | undefined>()
+
+/** The name `client` runs `text` under (undefined: unnamed), as `prepareStatements` names it. */
+export const statementNameOf = (client: object, text: string) => namers.get(client)?.(text)
+
 /** Makes `client` run its parameterised statements as named prepared statements (`nameOf`'s names). */
 export const prepareStatements = (client: QueryingClient, nameOf: (text: string) => string | undefined) => {
+  namers.set(client, nameOf)
   const unnamed = client.query.bind(client)
   client.query = (config: unknown, values?: unknown, callback?: unknown) => {
     if (typeof config === "string" && Array.isArray(values) && values.length > 0) {

@@ -9,10 +9,11 @@
  * ended or was admitted here is taken by its waiter or its actor from the caches rather than read,
  * and so is what an admission in a request read for the run's first dispatch with its last statement.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Clock, Deferred, Effect, Either, Layer, Option } from "effect"
 
 import { AppConfig } from "../Config/AppConfig.js"
+import { GroupCommit } from "../Database/GroupCommit.js"
 import { exhausted, type QuotaLimits, RUN_QUOTAS } from "../Domain/Quotas.js"
 import * as RunState from "../Domain/RunState.js"
 import { makeId } from "../Kernel/Ids.js"
@@ -32,6 +33,20 @@ const make = Effect.gen(function*() {
   const contextBytes = (yield* AppConfig).runs.contextBytes
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
   const caches = makeRunCaches()
+  const group = yield* Effect.serviceOption(GroupCommit)
+
+  /**
+   * A statement that is its own transaction (an actor's guarded commit), committed with the others
+   * of this turn of the event loop (Database/GroupCommit.ts); in a transaction, or without the
+   * group commit (a store of a test's own), as it is.
+   */
+  const grouped = <A extends object>(statement: Statement.Statement<A>, cell: string) =>
+    Option.isNone(group)
+      ? statement
+      : Effect.flatMap(
+        Effect.serviceOption(SqlClient.TransactionConnection),
+        (transaction) => Option.isSome(transaction) ? statement : group.value.send(statement, cell)
+      )
 
   const run = (id: string) => Statements.run(sql, id)
 
@@ -159,7 +174,9 @@ const make = Effect.gen(function*() {
       const row = applied(known, p, rows.events.at(-1)?.id ?? null)
       const ends = RunState.isTerminal(p.status) && !RunState.isTerminal(known.status)
       const ending = ends ? caches.beginEnding(known.id) : undefined
-      const updated = yield* Statements.write(sql, Statements.knownGuard(sql, known, fence), known, p, rows, at).pipe(
+      const statement = Statements.write(sql, Statements.knownGuard(sql, known, fence), known, p, rows, at)
+      const updated = yield* grouped(statement, `${known.tenant_id}/${known.environment}`).pipe(
+        Effect.map((ids) => ids.length),
         Effect.tap((n) => (n === 1 && ends ? Effect.sync(() => caches.keepEnded(row)) : Effect.void)),
         Effect.ensuring(ending === undefined ? Effect.void : Effect.suspend(ending.settle))
       )

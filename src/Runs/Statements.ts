@@ -199,7 +199,8 @@ export const rowsOf = (locked: Locked, p: Plan, at: Date) =>
  * writing only when `guard` (a query of one row: the run's id) has its row, then the run's row.
  * The events (each notified by the row trigger, at commit), the quota counters (D16: a run that
  * ended frees its place, a model call's tokens count), the conversation items appended after the
- * conversation's last one, the usage records. Answers how many runs it updated (0 or 1).
+ * conversation's last one, the usage records. Answers the run's id when it updated it (no row
+ * when `guard` had none).
  */
 export const write = (
   sql: SqlClient.SqlClient,
@@ -260,5 +261,5 @@ export const write = (
       : sql`${JSON.stringify(p.requiredAction)}::jsonb`
   }
     FROM guard WHERE runs.id = guard.id
-    RETURNING runs.id`.pipe(Effect.map((updated) => updated.length))
+    RETURNING runs.id`
 }

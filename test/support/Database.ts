@@ -57,3 +57,28 @@ export const childDatabase = Effect.gen(function*() {
   )
   return { db, sql }
 })
+
+interface CountedPool {
+  on(event: "connect", listener: (client: { connection: { on(e: string, f: () => void): void } }) => void): void
+  end(): Promise<void>
+}
+const { Pool } = createRequire(import.meta.url)("pg") as { Pool: new(c: object) => CountedPool }
+
+/**
+ * A fresh database and @effect/sql on one `pg` pool connection, configured as the service's
+ * (`configure`, src/Database/Client.ts's `configureConnections`), counting its round trips (each
+ * ends in a ReadyForQuery); the pool itself too, for what takes one.
+ */
+export const countedConnection = (configure: (pool: any) => void) =>
+  Effect.gen(function*() {
+    const db = yield* freshDatabase
+    const pool = yield* Effect.acquireRelease(
+      Effect.sync(() => new Pool({ connectionString: db.url, max: 1 })),
+      (pool) => Effect.promise(() => pool.end())
+    )
+    const trips = { count: 0 }
+    configure(pool)
+    pool.on("connect", (client) => client.connection.on("readyForQuery", () => void trips.count++))
+    const context = yield* Layer.build(EffectPgClient.layerFromPool({ acquire: Effect.succeed(pool as any) }))
+    return { db, pool: pool as unknown, sql: Context.get(context, SqlClient.SqlClient), trips }
+  })
