@@ -46,7 +46,7 @@ import {
 } from "../Kernel/Errors.js"
 import { EnvironmentName } from "../Kernel/Ids.js"
 import { cellKey, type Principal } from "../Kernel/Principal.js"
-import { asCell, Shares } from "../Kernel/Shares.js"
+import { becomeCell, Shares } from "../Kernel/Shares.js"
 import { annotateSpan } from "../Kernel/Spans.js"
 import { recordRequest } from "../Observability/Metrics.js"
 import { OperatorToken } from "../Operator.js"
@@ -62,7 +62,7 @@ import { requestIdOf } from "./RequestIds.js"
 import { matchRoute, type Route, type RouteMatch } from "./Routes.js"
 import { arrivals } from "./Server.js"
 import { spanAttributes } from "./Tracing.js"
-import { type RequestState, serving } from "./UnitOfWork.js"
+import { type RequestState, serve } from "./UnitOfWork.js"
 import { preparedUpload } from "./Uploads.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
@@ -536,8 +536,6 @@ export const pipeline = <R>(
     const operation = match._tag === "Found" ? match.operation : unmatchedOperation(path)
     const tenant = match._tag === "Found" ? match.params["tenant_id"]?.slice(0, 128) : undefined
     return served(request, path, match, endpoints, beside, operation, tenant).pipe(
-      // a tenant's request has `tenant_id` on its log lines
-      tenant === undefined ? (effect) => effect : Effect.annotateLogs("tenant_id", tenant),
       // every answer counted and timed; an interrupted request (its client went away) as 499
       Effect.onExit((exit) =>
         recordRequest(
@@ -608,10 +606,9 @@ const served = <R>(
       | AppConfig
       | SqlClient.SqlClient
       | FileSystem.FileSystem
-    const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state).pipe(
-      serving(state),
-      Effect.annotateLogs("request_id", state.requestId)
-    )
+    // the request's fiber serves it (a tenant's request has `tenant_id` on its log lines too)
+    yield* serve(state, tenant)
+    const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state)
     return finish(response, state)
   })
 
@@ -630,6 +627,7 @@ export const cellLanes = HttpMiddleware.make((app) =>
     if (match === null) return app
     const [, tenantId, environment] = match
     const key = environment === undefined ? tenantId! : cellKey({ tenantId: tenantId!, environment })
-    return Effect.flatMap(Shares, (shares) => asCell(shares, key)(Effect.zipRight(Effect.yieldNow(), app)))
+    // the request's fiber is the cell's work from here on (its fiber: nothing to restore)
+    return Effect.flatMap(Shares, (shares) => Effect.zipRight(becomeCell(shares, key), Effect.zipRight(Effect.yieldNow(), app)))
   })
 )

@@ -5,12 +5,12 @@
  * (src/Edge/Pipeline.ts) and read by the `UnitOfWork` service that handlers and services require.
  *
  * The service is made once for the node; the request it acts on is the one the calling fiber
- * serves (`serving` marks a request's fibers with its state). Outside a request (a run actor, a
+ * serves (`serve` marks a request's fiber with its state). Outside a request (a run actor, a
  * background loop) it acts as a unit of its own: after-commit work runs at once, headers go nowhere.
  */
 import type { HttpServerResponse } from "@effect/platform"
 import type { Statement } from "@effect/sql"
-import { Effect, FiberRef, Layer, Option } from "effect"
+import { Effect, FiberRef, HashMap, Layer, Option } from "effect"
 
 import type { Conflict } from "../Kernel/Errors.js"
 import type { CellRef, Principal } from "../Kernel/Principal.js"
@@ -52,13 +52,22 @@ export interface RequestState {
 
 const currentState = FiberRef.unsafeMake<RequestState | undefined>(undefined)
 
-/** Runs `effect` as the work of the request of `state`. */
-export const serving = (state: RequestState) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  effect.pipe(
-    Effect.locally(currentState, state),
-    Effect.locally(currentRequestId, state.requestId),
-    Effect.locally(currentRequestStartedAt, state.startedAt)
-  )
+/**
+ * Makes the calling fiber, from now on, the one serving the request of `state` (its state, id and
+ * arrival, its log lines' `request_id` and, given, `tenant_id`; fibers it forks inherit them). For
+ * the request's own fiber, which the server forks for it and which ends with it: set, not scoped
+ * and restored (which costs a request a dozen effects per value).
+ */
+export const serve = (state: RequestState, tenant: string | undefined): Effect.Effect<void> =>
+  Effect.all([
+    FiberRef.set(currentState, state),
+    FiberRef.set(currentRequestId, state.requestId),
+    FiberRef.set(currentRequestStartedAt, state.startedAt),
+    FiberRef.update(FiberRef.currentLogAnnotations, (annotations) => {
+      const withId = HashMap.set(annotations, "request_id", state.requestId as unknown)
+      return tenant === undefined ? withId : HashMap.set(withId, "tenant_id", tenant)
+    })
+  ], { discard: true })
 
 /** The state of the request the calling fiber serves (undefined outside one). */
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)

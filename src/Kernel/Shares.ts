@@ -4,7 +4,7 @@
  * one, through config or the operator API). Built once per process (src/Config/Shares.ts from
  * the operator's configuration); the work for a cell names its key with `CurrentShare`.
  */
-import { Context, Effect } from "effect"
+import { Context, Effect, FiberRef } from "effect"
 
 import * as FairScheduler from "./FairScheduler.js"
 import * as FairShare from "./FairShare.js"
@@ -114,3 +114,14 @@ export const sharedBy = (shares: SharesShape, resource: Resource) => <A, E, R>(e
  */
 export const asCell = (shares: SharesShape, key: string) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   effect.pipe(Effect.provideService(FairShare.CurrentShare, key), Effect.withScheduler(shares.scheduler))
+
+/**
+ * Makes the calling fiber, from now on, the work of the cell `key` (as `asCell`), for a fiber that
+ * does nothing else until it ends (a request's own, which the server forks for it): set, not
+ * scoped and restored (which costs a request a dozen effects and a copy of its context per value).
+ */
+export const becomeCell = (shares: SharesShape, key: string): Effect.Effect<void> =>
+  Effect.zipRight(
+    FiberRef.update(FiberRef.currentContext, Context.add(FairShare.CurrentShare, key)),
+    FiberRef.set(FiberRef.currentScheduler, shares.scheduler)
+  )
