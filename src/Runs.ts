@@ -6,7 +6,7 @@
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Duration, Effect, Exit, Option, Queue, Schema, Scope } from "effect"
+import { Clock, Duration, Effect, Option, Schema } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
@@ -25,7 +25,7 @@ import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse 
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas.js"
 import { terminalRunResponse } from "./Runs/Api.js"
-import { EventBus, MISSED } from "./Runs/EventBus.js"
+import { EventBus, type MISSED } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
 import { StreamHub } from "./Runs/Stream.js"
@@ -113,26 +113,22 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       })
 
     // ---- runs ------------------------------------------------------------------------------------
+    /** Whether a committed event ends its run. */
+    const endsRun = (e: Repo.EventRow) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status)
+
     /**
-     * Waits up to `seconds` for a terminal event among `events` (a subscription made before the
-     * run's actor was told to start, so none is missed; when the bus says some may have gone
+     * Waits up to `seconds` for `runId`'s end, as `follow` tells it (followed from before the run's
+     * actor was told to start, so none is missed; when the bus says some may have gone
      * unannounced, the run is read); the run as it then is.
      */
-    const awaitTerminal = (events: Queue.Dequeue<Repo.EventRow | typeof MISSED>, runId: string, seconds: number) =>
+    const awaitTerminal = (next: Effect.Effect<"ended" | typeof MISSED>, runId: string, seconds: number) =>
       Effect.gen(function*() {
-        /** "ended" on a terminal event; on MISSED, the run read then when it ended. */
-        const ending = (e: Repo.EventRow | typeof MISSED): Effect.Effect<"ended" | Option.Option<Repo.RunRow> | undefined, SqlError> =>
-          e === MISSED
-            ? Effect.map(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? row : undefined)
-            : Effect.succeed(
-              e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status) ? "ended" as const : undefined
-            )
-        const terminal = yield* Queue.take(events).pipe(
-          Effect.flatMap(ending),
-          Effect.repeat({ until: (ended) => ended !== undefined }),
-          Effect.timeout(Duration.millis(seconds * 1000)),
-          Effect.option
-        )
+        /** "ended" on its end; on MISSED, the run read then if it had ended (else it waits on). */
+        const ending: Effect.Effect<"ended" | Option.Option<Repo.RunRow>, SqlError> = Effect.flatMap(next, (signal) =>
+          signal === "ended"
+            ? Effect.succeed("ended" as const)
+            : Effect.flatMap(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? Effect.succeed(row) : ending))
+        const terminal = yield* ending.pipe(Effect.timeout(Duration.millis(seconds * 1000)), Effect.option)
         if (Option.isNone(terminal)) return Option.getOrUndefined(yield* repo.run(runId))
         // ended: as its ending commit wrote it when that was on this node and it is already kept
         // (the notification may come first: then it is read)
@@ -148,23 +144,20 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const wait = preferredWait(prefer)
         // With a wait, the run's events are followed from before its actor starts (after the commit:
         // a rolled back admission subscribes to nothing); the continuation ends the subscription.
-        const subscription = yield* Scope.make()
-        let events: Queue.Dequeue<Repo.EventRow | typeof MISSED> | undefined
-        if (wait !== undefined) {
-          yield* afterCommit(Effect.map(Scope.extend(bus.subscribe(run.id), subscription), (q) => void (events = q)))
-        }
+        let followed: { readonly next: Effect.Effect<"ended" | typeof MISSED>; readonly stop: () => void } | undefined
+        if (wait !== undefined) yield* afterCommit(Effect.sync(() => void (followed = bus.follow(run.id, endsRun))))
         yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id })), Cells, cells))
         yield* setResponseHeader("location", runPath(p, run.id))
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
           yield* answerAfterCommit(
-            Effect.suspend(() => events === undefined ? Effect.succeed(undefined) : awaitTerminal(events, run.id, wait)).pipe(
+            Effect.suspend(() => followed === undefined ? Effect.succeed(undefined) : awaitTerminal(followed.next, run.id, wait)).pipe(
               Effect.flatMap((waited) =>
                 waited !== undefined && isTerminal(waited.status)
                   ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
                   : Effect.succeedNone
               ),
-              Effect.ensuring(Scope.close(subscription, Exit.void)),
+              Effect.ensuring(Effect.sync(() => followed?.stop())),
               Effect.orDie
             )
           )
@@ -342,13 +335,17 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // Within the wait the answer is not decided yet (the first request may still be waiting, or
         // died waiting): the replay waits as it would have, so every replay answers the same.
         if (row !== undefined && !isTerminal(row.status) && (yield* Clock.currentTimeMillis) < deadline) {
-          row = yield* Effect.scoped(Effect.gen(function*() {
-            const events = yield* bus.subscribe(id)
-            const now = yield* Clock.currentTimeMillis
-            const current = Option.getOrUndefined(yield* repo.run(id))
-            if (current === undefined || isTerminal(current.status)) return current
-            return yield* awaitTerminal(events, id, Math.max(0, deadline - now) / 1000)
-          }))
+          row = yield* Effect.acquireUseRelease(
+            Effect.sync(() => bus.follow(id, endsRun)),
+            ({ next }) =>
+              Effect.gen(function*() {
+                const now = yield* Clock.currentTimeMillis
+                const current = Option.getOrUndefined(yield* repo.run(id))
+                if (current === undefined || isTerminal(current.status)) return current
+                return yield* awaitTerminal(next, id, Math.max(0, deadline - now) / 1000)
+              }),
+            ({ stop }) => Effect.sync(stop)
+          )
         }
         if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<StoredResponse>()
         if (row.completed_at.getTime() > admittedAt + wait * 1000) return Option.none<StoredResponse>()

@@ -8,21 +8,21 @@
  * before its admission committed, and a subscriber reads what came before from the database.
  * One LISTEN connection per process; a notification carries the events when they fit in a NOTIFY
  * payload (else the event is read once from the database, only if someone here follows that
- * run), and is handed to each subscriber: offered to its bounded queue (`subscribe`: waiters), or
- * given to its listener (`listen`: SSE streams, which are not fibers). Subscribers never
- * rely on the bus alone: they read from the database after subscribing, and on any sequence gap
- * (a full queue dropped something) they read the missing events from the database again. The
+ * run), and is handed to each subscriber's listener (`listen`: SSE streams, which are not fibers;
+ * `follow`: waiters, woken only by their run's end). Subscribers never rely on the bus alone: they
+ * read from the database after subscribing, and on any sequence gap they read the missing events
+ * from the database again. The
  * LISTEN connection (`Notifications`) tells when it was replaced, or first became active: what was
  * committed before may have gone unannounced, so every listener is told it `missed` events, and
  * reads once; so is a run's listener when a notification of that run could not be handed over.
  */
-import { Effect, Queue, Stream } from "effect"
+import { Effect, Stream } from "effect"
 
 import { Notifications } from "../Database/Listener.js"
 import { Listeners } from "../Kernel/Listeners.js"
 import { type EventRow, RunStore } from "./RunStore.js"
 
-/** What a subscriber's queue gets when events of its run may have gone unannounced. */
+/** What a waiter is told when events of its run may have gone unannounced. */
 export const MISSED = "missed" as const
 
 /** A listener of one run's events: each committed row, or word that some may have been missed. */
@@ -35,7 +35,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
   scoped: Effect.gen(function*() {
     const notifications = yield* Notifications
     const repo = yield* RunStore
-    /** Per run, its listeners: a waiter's queue, or an SSE stream. */
+    /** Per run, its listeners: a waiter, or an SSE stream. */
     const subscribers = new Listeners<string, BusListener>()
 
     /** One event's note: its row handed to the run's listeners (read first when it did not travel in the note). */
@@ -104,21 +104,34 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
     const listen = (runId: string, listener: BusListener) => subscribers.add(runId, listener)
 
     /**
-     * Events of `runId` committed from now on (bounded; a slow subscriber sees gaps, not stalls),
-     * and `MISSED` when some may have gone unannounced (the subscriber then reads the run).
+     * Follows `runId` for a waiter (`Prefer: wait`): `next` answers "ended" for a committed event
+     * that `ends` accepts, or `MISSED` when some may have gone unannounced (the waiter then reads
+     * the run), whichever came first since the last `next` (an end outranks word of a miss); the
+     * run's other events wake nobody. `stop` ends the following.
      */
-    const subscribe = (runId: string) =>
-      Effect.acquireRelease(
-        Effect.sync(() => {
-          const q = Effect.runSync(Queue.sliding<EventRow | typeof MISSED>(1024))
-          return {
-            q,
-            unlisten: listen(runId, { row: (row) => void q.unsafeOffer(row), missed: () => void q.unsafeOffer(MISSED) })
-          }
-        }),
-        ({ q, unlisten }) => Effect.sync(unlisten).pipe(Effect.zipRight(Queue.shutdown(q)))
-      ).pipe(Effect.map(({ q }) => q as Queue.Dequeue<EventRow | typeof MISSED>))
+    const follow = (runId: string, ends: (row: EventRow) => boolean) => {
+      let noted: "ended" | typeof MISSED | undefined
+      let waiting: ((signal: "ended" | typeof MISSED) => void) | undefined
+      const note = (signal: "ended" | typeof MISSED) => {
+        if (waiting !== undefined) {
+          const wake = waiting
+          waiting = undefined
+          wake(signal)
+        } else if (noted !== "ended") noted = signal
+      }
+      const stop = listen(runId, { row: (row) => ends(row) && note("ended"), missed: () => note(MISSED) })
+      const next = Effect.async<"ended" | typeof MISSED>((resume) => {
+        if (noted !== undefined) {
+          const signal = noted
+          noted = undefined
+          return resume(Effect.succeed(signal))
+        }
+        waiting = (signal) => resume(Effect.succeed(signal))
+        return Effect.sync(() => (waiting = undefined))
+      })
+      return { next, stop }
+    }
 
-    return { subscribe, listen } as const
+    return { follow, listen } as const
   })
 }) {}
