@@ -7,7 +7,7 @@
  * processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
-import { Cause, Clock, Duration, Effect, Fiber, FiberMap, Option, Queue, Ref, Schedule } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Fiber, FiberMap, FiberRef, HashMap, Option, Queue, Ref, Schedule } from "effect"
 
 import {
   type CellHandlers,
@@ -25,6 +25,7 @@ import type { Budget } from "../Domain/RunState.js"
 import { CurrentShare } from "../Kernel/FairShare.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { realPause } from "../Kernel/RealTime.js"
+import { retried } from "../Kernel/Retried.js"
 import { activeInScope, cellsActive, runActorsActive, trackActive } from "../Observability/Metrics.js"
 import type { ActorMemory, ActorOptions } from "./RunActor.js"
 
@@ -44,7 +45,7 @@ export interface CellOptions {
   /** The cell's quota limits (D16): the operator's, else the defaults of its environment kind. */
   readonly quotaLimits: (id: CellId) => Effect.Effect<QuotaLimits>
   readonly runs: RunConfig
-  /** The run actor (its services provided): drives one run from the database. */
+  /** The run actor (its services provided): drives one run from the database, in a fiber of its own (this cell forks it). */
   readonly runActor: (runId: string, options: ActorOptions) => Effect.Effect<void>
   /** Completes a cancellation once the actor is stopped (`cancel_requested` -> `cancelled`), fenced by the cell's generation. */
   readonly completeCancel: (runId: string, generation: number) => Effect.Effect<void>
@@ -141,12 +142,20 @@ export const make = (id: CellId, options: CellOptions) =>
             ? Effect.void
             : Effect.logError("run actor failed; restarting it from the database", cause)
         ),
-        Effect.retry({ schedule: restartBackoff, while: (cause) => !Cause.isInterruptedOnly(cause) }),
+        (attempt) => retried(attempt, { schedule: restartBackoff, while: (cause) => !Cause.isInterruptedOnly(cause) }),
         Effect.unsandbox,
         (actor) => trackActive(runActorsActive, actor),
-        Effect.annotateLogs({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId }),
-        // what the actor does spends this cell's shares of the node (issue 36)
-        Effect.provideService(CurrentShare, cellLabel)
+        // the actor's own fiber (forked for it): its log lines name its run, and what it does
+        // spends this cell's shares of the node (issue 36); set, not scoped
+        (actor) =>
+          Effect.zipRight(
+            Effect.zipRight(
+              FiberRef.update(FiberRef.currentLogAnnotations, (a) =>
+                HashMap.set(HashMap.set(HashMap.set(a, "cell", cellLabel as unknown), "tenant_id", id.tenantId), "run_id", runId)),
+              FiberRef.update(FiberRef.currentContext, Context.add(CurrentShare, cellLabel))
+            ),
+            actor
+          )
       )
 
     /**
@@ -161,7 +170,12 @@ export const make = (id: CellId, options: CellOptions) =>
         supervised(runId),
         // told to start meanwhile: what the command would have done (the alarm it set is superseded)
         Effect.suspend(() => (startAgain.delete(runId)
-          ? Effect.zipRight(Effect.sync(() => alarms.delete(runId)), actorOf(runId))
+          ? Effect.zipRight(
+            Effect.sync(() =>
+              alarms.delete(runId)
+            ),
+            actorOf(runId)
+          )
           : Effect.void)
         )
       )

@@ -24,6 +24,7 @@ import { AppConfig } from "../Config/AppConfig.js"
 import { Trigger } from "../Domain/RunState.js"
 import { Files } from "../Files.js"
 import type { EnvironmentName } from "../Kernel/Ids.js"
+import { provideOwn } from "../Kernel/OwnFiber.js"
 import { withRealDeadline } from "../Kernel/RealTime.js"
 import { currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { Shares } from "../Kernel/Shares.js"
@@ -90,6 +91,7 @@ const make = Effect.gen(function*() {
     | Files
     | Shares
   >()
+  const scheduler = Context.get(actorContext, Shares).scheduler
   /** Ends a run whose actor is stopped; a write whose outcome is not known wins (contract 3.1 rule 2). */
   const endAs = (runId: string, generation: number, ending: Trigger, unknownReason: string) =>
     ToolCalls.endUnfinished((...c) => Effect.map(repo.commitAll(runId, c, generation), Either.isRight), runId, ending, unknownReason).pipe(
@@ -102,11 +104,11 @@ const make = Effect.gen(function*() {
     rateLimit: config.rateLimit,
     quotaLimits: (id) => Effect.orDie(quotas.limits(id, config.quotas[id.environment])),
     runs: config.runs,
-    // the actor's fibers run in its cell's lane of the node's fair scheduler (issue 36; the cell names it: CurrentShare)
+    // The actor runs in a fiber of its own (its cell forks it): its services and its cell's lane
+    // of the node's fair scheduler (issue 36; the cell names it: CurrentShare) are set there, not
+    // scoped (a provide copies the fiber's context and costs a dozen effects, per run).
     runActor: (runId, actorOptions) =>
-      Effect.provide(RunActor.run(runId, actorOptions), actorContext).pipe(
-        Effect.withScheduler(Context.get(actorContext, Shares).scheduler)
-      ),
+      Effect.zipRight(FiberRef.set(FiberRef.currentScheduler, scheduler), provideOwn(actorContext)(RunActor.run(runId, actorOptions))),
     // A write whose outcome is not known is never shown as cancelled (contract 3.1 rule 2).
     completeCancel: (runId, generation) =>
       endAs(runId, generation, Trigger.CompleteCancel(), "cancelled while the write's outcome was unknown"),

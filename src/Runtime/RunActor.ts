@@ -28,6 +28,7 @@ import { MEMORY_TOOLS } from "../Domain/Memory.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
 import type * as RunState from "../Domain/RunState.js"
 import { Trigger } from "../Domain/RunState.js"
+import { retried } from "../Kernel/Retried.js"
 import { sharedBy, Shares } from "../Kernel/Shares.js"
 import { traced } from "../Kernel/Spans.js"
 import { answersAtOnce, StepEngine } from "../Models.js"
@@ -243,10 +244,11 @@ export const run = (runId: string, options: ActorOptions) =>
             runId
           }).pipe(
             local ? asStep : asCallOut,
-            Effect.retry({
-              schedule: Schedule.exponential("1 second").pipe(Schedule.intersect(Schedule.recurs(2))),
-              while: (e) => e._tag === "ModelRateLimited" || e._tag === "ModelUnavailable"
-            }),
+            (step) =>
+              retried(step, {
+                schedule: Schedule.exponential("1 second").pipe(Schedule.intersect(Schedule.recurs(2))),
+                while: (e) => e._tag === "ModelRateLimited" || e._tag === "ModelUnavailable"
+              }),
             Effect.either
           )
           if (Either.isLeft(result)) {
