@@ -562,7 +562,12 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
 }
 
 /** For profiling (scratch): provisions, warms, then one load phase; the window it ran in. */
-export const __profile = async (db: BenchPostgres, svc: Service, mode: string) => {
+export const __profile = async <C>(
+  db: BenchPostgres,
+  svc: Service,
+  mode: string,
+  counted: () => Promise<C> = async () => undefined as C
+) => {
   const cells = await Promise.all(Array.from({ length: CELLS }, (_, i) => provision(svc, i)))
   await endToEnd(svc, await conversations(db, cells, 20, "warm"), 16, 2)
   const pool = await conversations(db, cells, 100, "p")
@@ -585,10 +590,14 @@ export const __profile = async (db: BenchPostgres, svc: Service, mode: string) =
     for (const s of await db.topStatements(10)) console.log(`    ${(s.calls / got.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
     return { from, to: Date.now(), count: got.result.count }
   }
+  const before = await counted()
   const m = await measured(db, subject, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
+  // the runs' own work done (their commits and the notifications after them)
+  await new Promise((r) => setTimeout(r, 500))
+  const after = await counted()
   printCosts("run", m.costs)
   for (const s of await db.topStatements(40)) {
     console.log(`    ${(s.calls / m.result.count).toFixed(2)} ${(s.total_ms / m.result.count).toFixed(3)} ms ${s.query.slice(0, 140)}`)
   }
-  return { from, to: Date.now(), count: m.result.count }
+  return { from, to: Date.now(), count: m.result.count, counts: before === undefined ? undefined : { before, after } }
 }
