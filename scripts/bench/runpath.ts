@@ -577,6 +577,7 @@ export const __profile = async <C>(
   if (mode === "get") {
     const [{ id: runId, tenant_id }] = await db.query(`SELECT id, tenant_id FROM runs ORDER BY id DESC LIMIT 1`)
     const sample = { cell: cells.find((c) => c.tenant === tenant_id) ?? cells[0]! }
+    const before = await counted()
     const got = await measured(db, subject, async () => {
       const r = await load({
         url: `${svc.base}${sample.cell.P}/runs/${runId}`,
@@ -587,8 +588,9 @@ export const __profile = async <C>(
       return { count: r.requests.total }
     })
     printCosts("GET", got.costs)
+    const after = await counted()
     for (const s of await db.topStatements(10)) console.log(`    ${(s.calls / got.result.count).toFixed(2)} ${s.query.slice(0, 160)}`)
-    return { from, to: Date.now(), count: got.result.count }
+    return { from, to: Date.now(), count: got.result.count, counts: before === undefined ? undefined : { before, after } }
   }
   const before = await counted()
   const m = await measured(db, subject, () => mode === "e2e" ? endToEnd(svc, pool, c, 10) : admission(svc, pool, c, 10))
