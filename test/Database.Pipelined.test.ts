@@ -7,6 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit } from "effect"
 
 import { configureConnections } from "../src/Database/Client.js"
+import * as Direct from "../src/Database/Direct.js"
 import { commitsWith } from "../src/Database/Pipelined.js"
 import { countedConnection, pg } from "./support/Database.js"
 
@@ -129,5 +130,25 @@ describe("BEGIN and COMMIT with their neighbours", () => {
       expect(reason(exit)).toMatch(/after its transaction's COMMIT/)
       // the last statement was the point of no return: it is committed
       expect(yield* committed()).toEqual([8])
+    }))
+
+  it.scoped("a statement sent straight to the transaction's connection (Direct.execute) is the transaction's", () =>
+    Effect.gen(function*() {
+      const { committed, sql, tripsOf } = yield* oneConnection
+      // in a transaction: its rows as the statement's own; rolled back with it; carrying the COMMIT
+      const refused = yield* Effect.exit(sql.withTransaction(Effect.gen(function*() {
+        expect(yield* Direct.execute(sql<{ a: number }>`INSERT INTO t VALUES (${1}) RETURNING a`)).toEqual([{ a: 1 }])
+        return yield* Effect.fail("refused")
+      })))
+      expect(Exit.isFailure(refused)).toBe(true)
+      expect(yield* committed()).toEqual([])
+      const kept = yield* tripsOf(sql.withTransaction(Effect.gen(function*() {
+        yield* Direct.execute(sql`INSERT INTO t VALUES (${2})`)
+        return yield* commitsWith(Direct.execute(sql<{ a: number }>`INSERT INTO t VALUES (${3}) RETURNING a`))
+      })))
+      expect(kept).toEqual({ exit: Exit.succeed([{ a: 3 }]), trips: 2 })
+      // outside a transaction: the statement as it is
+      expect(yield* Direct.execute(sql<{ a: number }>`SELECT a FROM t ORDER BY a`)).toEqual([{ a: 2 }, { a: 3 }])
+      expect(yield* committed()).toEqual([2, 3])
     }))
 })

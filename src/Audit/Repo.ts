@@ -7,6 +7,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
+import * as Direct from "../Database/Direct.js"
 import * as Rows from "../Database/Rows.js"
 import { AuditActorType } from "../Domain/Audit.js"
 import { DEFAULT_AUDIT_RETENTION_DAYS } from "../Domain/EnvironmentSettings.js"
@@ -52,13 +53,13 @@ export class AuditRepo extends Effect.Service<AuditRepo>()("AuditRepo", {
      * queries it answers too (their rows as JSON, in order; none when it wrote no entry).
      */
     const insert = (e: NewAuditRow, along: ReadonlyArray<Statement.Fragment> = [], reads: ReadonlyArray<Statement.Fragment> = []) =>
-      sql<Record<string, unknown>>`${Rows.withWrites(sql, along)}
+      Direct.execute(sql<Record<string, unknown>>`${Rows.withWrites(sql, along)}
           INSERT INTO audit_entries (tenant_id, environment, id, occurred_at, actor_type, actor_id, key_id, action,
                                      resource_type, resource_id, request_id, status, ip)
           SELECT tenant_id, name, ${e.id}, ${e.occurred_at}, ${e.actor_type}, ${e.actor_id}, ${e.key_id}, ${e.action},
                  ${e.resource_type}, ${e.resource_id}, ${e.request_id}, ${e.status}, ${e.ip}
           FROM environments WHERE tenant_id = ${e.cell.tenantId} AND name = ${e.cell.environment} AND state <> 'deleted'
-          ${reads.length === 0 ? sql`` : sql`RETURNING ${Rows.readColumns(sql, reads)}`}`
+          ${reads.length === 0 ? sql`` : sql`RETURNING ${Rows.readColumns(sql, reads)}`}`)
         .pipe(Effect.map((rows) => Rows.readValues(rows[0], reads.length)))
 
     /** A page of the cell's entries, newest first (`limit + 1` rows: the caller pages). */

@@ -4,8 +4,10 @@
  * Postgres client returns them: `timestamptz` as a Date, `jsonb` parsed, `bigint`/`count(*)` as a
  * decimal string.
  */
-import type { SqlClient, Statement } from "@effect/sql"
+import { type SqlClient, Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
+
+import * as Direct from "./Direct.js"
 
 /** A `timestamptz` column. */
 export const Time = Schema.DateFromSelf
@@ -20,17 +22,27 @@ export const Bytes = Schema.Uint8ArrayFromSelf
 
 type Query<E, R> = Effect.Effect<ReadonlyArray<unknown>, E, R>
 
+const isStatement = (u: unknown): u is Statement.Statement<unknown> => Statement.isFragment(u) && "compile" in u
+
+/**
+ * A statement (rather than any effect of rows) runs through `Direct.execute` (in a transaction,
+ * straight to its connection): its error and requirements are the statement's own (`SqlError`,
+ * none), which are the query's.
+ */
+const run = <E, R>(query: Query<E, R>): Query<E, R> => isStatement(query) ? Direct.execute(query) as Query<any, never> : query
+
 /** Every row, decoded. */
 export const all = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(Schema.Array(row))
-  return <E, R>(query: Query<E, R>): Effect.Effect<ReadonlyArray<A>, E, R> => Effect.flatMap(query, (rows) => Effect.orDie(decode(rows)))
+  return <E, R>(query: Query<E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
+    Effect.flatMap(run(query), (rows) => Effect.orDie(decode(rows)))
 }
 
 /** The first row, decoded, if there is one. */
 export const first = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(row)
   return <E, R>(query: Query<E, R>): Effect.Effect<Option.Option<A>, E, R> =>
-    Effect.flatMap(query, (rows) => rows.length === 0 ? Effect.succeedNone : Effect.asSome(Effect.orDie(decode(rows[0]))))
+    Effect.flatMap(run(query), (rows) => rows.length === 0 ? Effect.succeedNone : Effect.asSome(Effect.orDie(decode(rows[0]))))
 }
 
 /** The first row, decoded, or undefined. */
@@ -40,13 +52,16 @@ export const maybe = <A, I>(row: Schema.Schema<A, I>) => {
 }
 
 /** A statement whose rows are not read. */
-export const none = <E, R>(query: Query<E, R>): Effect.Effect<void, E, R> => Effect.asVoid(query)
+export const none = <E, R>(query: Query<E, R>): Effect.Effect<void, E, R> => Effect.asVoid(run(query))
 
 /** The one row a statement returns (an `INSERT ... RETURNING`), decoded; none is a defect. */
 export const single = <A, I>(row: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(row)
   return <E, R>(query: Query<E, R>): Effect.Effect<A, E, R> =>
-    Effect.flatMap(query, (rows) => rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0])))
+    Effect.flatMap(
+      run(query),
+      (rows) => rows.length === 0 ? Effect.dieMessage("the statement returned no row") : Effect.orDie(decode(rows[0]))
+    )
 }
 
 /**
