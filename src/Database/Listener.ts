@@ -17,7 +17,7 @@
  */
 import { createRequire } from "node:module"
 
-import { Context, Effect, Layer, Redacted, Stream } from "effect"
+import { Context, Effect, Layer, Redacted, type Scope, Stream } from "effect"
 
 import { Listeners } from "../Kernel/Listeners.js"
 import { realPause } from "../Kernel/RealTime.js"
@@ -30,6 +30,12 @@ const LISTENING: Notice = { _tag: "Listening" }
 export class Notifications extends Context.Tag("Notifications")<Notifications, {
   /** The channel's notices for as long as the stream runs (it never fails). */
   readonly listen: (channel: string) => Stream.Stream<Notice>
+  /**
+   * `handler` told the channel's notices, called in the connection's callback (so it must only
+   * take note, or start work of its own), until the scope closes: `listen` without a stream and
+   * its fiber, for a busy channel's one consumer (the run events' bus).
+   */
+  readonly onNotice: (channel: string, handler: (notice: Notice) => void) => Effect.Effect<void, never, Scope.Scope>
   /** How many times a LISTEN connection was made (1 after the first; for tests and logs). */
   readonly connections: () => number
 }>() {}
@@ -159,23 +165,23 @@ export const make = (options: ListenerOptions) =>
       }
     }).pipe(Effect.interruptible, Effect.forkScoped)
 
-    const listen = (channel: string): Stream.Stream<Notice> =>
-      Stream.asyncPush<Notice>((emit) =>
-        Effect.acquireRelease(
-          Effect.sync(() => {
-            const handler = (notice: Notice) => void emit.single(notice)
-            const remove = handlers.add(channel, handler)
-            // On a live connection: LISTEN if nobody here did yet, then this listener is told.
-            // Otherwise the next connection tells it.
-            const session = current
-            if (session !== undefined) listenOn(session, channel).then(() => handler(LISTENING), () => undefined)
-            return remove
-          }),
-          (remove) => Effect.sync(remove)
-        )
-      )
+    const onNotice = (channel: string, handler: (notice: Notice) => void) =>
+      Effect.asVoid(Effect.acquireRelease(
+        Effect.sync(() => {
+          const remove = handlers.add(channel, handler)
+          // On a live connection: LISTEN if nobody here did yet, then this listener is told.
+          // Otherwise the next connection tells it.
+          const session = current
+          if (session !== undefined) listenOn(session, channel).then(() => handler(LISTENING), () => undefined)
+          return remove
+        }),
+        (remove) => Effect.sync(remove)
+      ))
 
-    return { listen, connections: () => connections } as const
+    const listen = (channel: string): Stream.Stream<Notice> =>
+      Stream.asyncPush<Notice>((emit) => onNotice(channel, (notice) => void emit.single(notice)))
+
+    return { listen, onNotice, connections: () => connections } as const
   })
 
 export const layer = (options: ListenerOptions) => Layer.scoped(Notifications, make(options))

@@ -16,9 +16,9 @@
  * committed before may have gone unannounced, so every listener is told it `missed` events, and
  * reads once; so is a run's listener when a notification of that run could not be handed over.
  */
-import { Effect, Stream } from "effect"
+import { Effect, Runtime } from "effect"
 
-import { Notifications } from "../Database/Listener.js"
+import { type Notice, Notifications } from "../Database/Listener.js"
 import { Listeners } from "../Kernel/Listeners.js"
 import { type EventRow, RunStore } from "./RunStore.js"
 
@@ -38,64 +38,88 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
     /** Per run, its listeners: a waiter, or an SSE stream. */
     const subscribers = new Listeners<string, BusListener>()
 
-    /** One event's note: its row handed to the run's listeners (read first when it did not travel in the note). */
-    const deliverNote = (note: { run_id?: unknown; sequence?: unknown; event?: any }) => {
-      const { event, run_id: runId, sequence } = note
-      if (typeof runId !== "string" || typeof sequence !== "number") return Effect.void
-      if (!subscribers.has(runId)) return Effect.void
-      // The event travels in the notification when it fits (migrations 0006, 0029); else it is read.
-      const row: Effect.Effect<EventRow | undefined, unknown> = event
-        ? Effect.succeed({
-          id: event.id,
-          run_id: runId,
-          sequence,
-          type: event.type,
-          data: event.data,
-          created_at: new Date(event.created_at)
-        })
-        : Effect.map(repo.eventsAfter(runId, sequence - 1, 1), (rows) => rows.find((r) => r.sequence === sequence))
-      return row.pipe(
-        Effect.map((row) => {
-          if (row) { for (const listener of subscribers.of(runId)) listener.row(row) }
-        }),
-        Effect.catchAllCause((cause) =>
-          Effect.zipRight(
-            Effect.logWarning("run event fan-out failed", cause),
-            Effect.sync(() => {
-              for (const listener of subscribers.of(runId)) listener.missed()
-            })
-          )
-        )
-      )
+    type Note = { readonly run_id?: unknown; readonly sequence?: unknown; readonly event?: any }
+
+    /** The run's listeners told of a row, or that some of its events may have been missed. */
+    const hand = (runId: string, row: EventRow) => {
+      for (const listener of subscribers.of(runId)) listener.row(row)
+    }
+    const missedOf = (runId: string) => {
+      for (const listener of subscribers.of(runId)) listener.missed()
     }
 
-    /**
-     * A notification: the notes of the events one statement wrote (`{"events": [...]}`, migration
-     * 0029), or one event's note (before it).
-     */
-    const deliver = (payload: string) => {
-      let notice: { events?: unknown; run_id?: unknown; sequence?: unknown; event?: any }
-      try {
-        notice = JSON.parse(payload)
-      } catch {
-        return Effect.void
-      }
-      if (!Array.isArray(notice.events)) return deliverNote(notice)
-      const notes = notice.events as ReadonlyArray<{ run_id?: unknown; sequence?: unknown; event?: any }>
-      // nobody here follows any of these runs: nothing to do (the usual case on a busy node)
-      if (!notes.some((n) => typeof n?.run_id === "string" && subscribers.has(n.run_id))) return Effect.void
-      return Effect.forEach(notes, (n) => (n === null || typeof n !== "object" ? Effect.void : deliverNote(n)), { discard: true })
-    }
-
-    /** LISTEN is active again (or for the first time): every listener reads what it may have missed. */
-    const missedAll = Effect.sync(() => {
-      for (const listener of subscribers.all()) listener.missed()
+    /** The row of a note whose event travelled in it (migrations 0006, 0029). */
+    const rowOf = (runId: string, sequence: number, event: any): EventRow => ({
+      id: event.id,
+      run_id: runId,
+      sequence,
+      type: event.type,
+      data: event.data,
+      created_at: new Date(event.created_at)
     })
 
-    yield* notifications.listen("run_events").pipe(
-      Stream.runForEach((notice) => notice._tag === "Listening" ? missedAll : deliver(notice.payload)),
-      Effect.forkScoped
-    )
+    /** A note whose event did not fit in it: its row read, then handed (a failed read: they are told they missed it). */
+    const readNote = (runId: string, sequence: number) =>
+      Effect.map(repo.eventsAfter(runId, sequence - 1, 1), (rows) => {
+        const row = rows.find((r) => r.sequence === sequence)
+        if (row !== undefined) hand(runId, row)
+      }).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.zipRight(Effect.logWarning("run event fan-out failed", cause), Effect.sync(() => missedOf(runId)))
+        )
+      )
+
+    /**
+     * A notification's notes (`{"events": [...]}`, migration 0029; or one event's note, before it),
+     * handed over in the connection's callback: each followed run's rows from the notes, at once.
+     * A note without its event needs a read: it and the notes after it are handed over by that
+     * work, and so are the notifications that come meanwhile (`backlog`), in order.
+     */
+    let reading = false
+    const backlog: Array<Notice> = []
+    const runtime = yield* Effect.runtime<never>()
+    const fork = Runtime.runFork(runtime)
+
+    const noticed = (notice: Notice) => {
+      if (reading) return void backlog.push(notice)
+      if (notice._tag === "Listening") {
+        // LISTEN is active again (or for the first time): every listener reads what it may have missed
+        for (const listener of subscribers.all()) listener.missed()
+        return
+      }
+      let parsed: Note & { readonly events?: unknown }
+      try {
+        parsed = JSON.parse(notice.payload)
+      } catch {
+        return
+      }
+      const notes: ReadonlyArray<Note> = Array.isArray(parsed.events) ? parsed.events : [parsed]
+      for (let i = 0; i < notes.length; i++) {
+        const note = notes[i]
+        if (note === null || typeof note !== "object") continue
+        const { event, run_id: runId, sequence } = note
+        // nobody here follows this run: nothing to do (the usual case on a busy node)
+        if (typeof runId !== "string" || typeof sequence !== "number" || !subscribers.has(runId)) continue
+        if (event) {
+          hand(runId, rowOf(runId, sequence, event))
+          continue
+        }
+        reading = true
+        const rest = notes.slice(i + 1)
+        fork(
+          readNote(runId, sequence).pipe(
+            Effect.ensuring(Effect.sync(() => {
+              reading = false
+              backlog.unshift({ _tag: "Notification", payload: JSON.stringify({ events: rest }) })
+              while (backlog.length > 0 && !reading) noticed(backlog.shift()!)
+            }))
+          )
+        )
+        return
+      }
+    }
+
+    yield* notifications.onNotice("run_events", noticed)
 
     /**
      * Hands `listener` each event of `runId` committed from now on, until the returned function is
