@@ -1,7 +1,8 @@
 /**
  * Statements that are each a transaction of their own (the run actors' commits), sent together
- * (issue 37): those sent in one turn of the event loop go to Postgres in one message sequence up
- * to one `Sync`, which Postgres runs as one implicit transaction and answers once: one round trip,
+ * (issue 37): those sent in one task of the event loop (a run of the node's scheduler: the fibers
+ * it resumed in that task) go to Postgres, once the task is done (a microtask), in one message
+ * sequence up to one `Sync`, which Postgres runs as one implicit transaction and answers once: one round trip,
  * one write to the socket and one commit (one WAL flush) for all of them, instead of one each.
  *
  * - A group commits whole or not at all: when one of its statements fails, Postgres skips the
@@ -123,7 +124,7 @@ interface Pending {
 
 export class GroupCommit extends Context.Tag("GroupCommit")<GroupCommit, {
   /**
-   * `statement`, a transaction of its own, committed with the others sent in this turn of the
+   * `statement`, a transaction of its own, committed with the others sent in this task of the
    * event loop (see the module comment); `order`: where it goes in its group (its cell).
    */
   readonly send: <A extends object>(statement: Statement.Statement<A>, order: string) => Effect.Effect<ReadonlyArray<A>, SqlError>
@@ -197,7 +198,7 @@ export const makeGroupCommit = (pool: GroupPool, nameOf: (client: object, text: 
       pending.push(p)
       if (!scheduled) {
         scheduled = true
-        setImmediate(flush)
+        queueMicrotask(flush)
       }
       return Effect.sync(() => {
         p.cancelled = true

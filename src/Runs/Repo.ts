@@ -37,7 +37,7 @@ const make = Effect.gen(function*() {
 
   /**
    * A statement that is its own transaction (an actor's guarded commit), committed with the others
-   * of this turn of the event loop (Database/GroupCommit.ts); in a transaction, or without the
+   * of this task of the event loop (Database/GroupCommit.ts); in a transaction, or without the
    * group commit (a store of a test's own), as it is.
    */
   const grouped = <A extends object>(statement: Statement.Statement<A>, cell: string) =>
