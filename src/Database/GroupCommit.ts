@@ -156,9 +156,8 @@ export const makeGroupCommit = (pool: GroupPool, nameOf: (client: object, text: 
           name: nameOf(client, p.text),
           text: p.text,
           values: p.values,
-          callback: (e, result) => {
-            if (e === null) p.answer(null, result?.rows)
-          }
+          // called once its group succeeded (with an error only if its rows could not be read)
+          callback: (e, result) => p.answer(e ?? null, result?.rows)
         })
       )
       client.query(

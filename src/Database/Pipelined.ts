@@ -81,6 +81,13 @@ class WithNeighbours extends Query {
     connection.sync()
   }
 
+  override handleError(error: Error, connection: Wire) {
+    // `BEGIN` itself failed (the client read no name): the statement was never parsed either
+    if (this.hidden && this.ownName !== undefined) delete connection.submittedNamedStatements[this.ownName]
+    this.hidden = false
+    super.handleError(error, connection)
+  }
+
   override handleCommandComplete(message: unknown, connection: Wire) {
     if (this.begin && !this.beginAnswered) {
       this.beginAnswered = true
