@@ -10,9 +10,10 @@
  */
 import type { HttpServerResponse } from "@effect/platform"
 import type { Statement } from "@effect/sql"
-import { Effect, FiberRef, HashMap, Layer, Option } from "effect"
+import { Effect, FiberRef, Layer, Option } from "effect"
 
 import type { Conflict } from "../Kernel/Errors.js"
+import { annotateOwn } from "../Kernel/OwnFiber.js"
 import type { CellRef, Principal } from "../Kernel/Principal.js"
 import { currentRequestId, currentRequestStartedAt } from "../Kernel/RequestId.js"
 import { type ActingUser, type RefineReplay, UnitOfWork, type UnitOfWorkShape } from "../Kernel/UnitOfWork.js"
@@ -63,10 +64,7 @@ export const serve = (state: RequestState, tenant: string | undefined): Effect.E
     FiberRef.set(currentState, state),
     FiberRef.set(currentRequestId, state.requestId),
     FiberRef.set(currentRequestStartedAt, state.startedAt),
-    FiberRef.update(FiberRef.currentLogAnnotations, (annotations) => {
-      const withId = HashMap.set(annotations, "request_id", state.requestId as unknown)
-      return tenant === undefined ? withId : HashMap.set(withId, "tenant_id", tenant)
-    })
+    annotateOwn({ request_id: state.requestId, tenant_id: tenant })
   ], { discard: true })
 
 /** The state of the request the calling fiber serves (undefined outside one). */

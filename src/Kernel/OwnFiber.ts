@@ -5,7 +5,7 @@
  * effects) and `provide` copies the fiber's context each time, costs a hot path paid per request
  * and per run; on a fiber that does nothing afterwards, nothing needs restoring.
  */
-import { Context, Effect, FiberRef } from "effect"
+import { Context, Effect, FiberRef, HashMap } from "effect"
 
 /** `Effect.provide(effect, context)` in the calling fiber's own right (see the module comment). */
 export const provideOwn =
@@ -15,3 +15,11 @@ export const provideOwn =
       FiberRef.update(FiberRef.currentContext, (current) => Context.merge(current, context)),
       effect as Effect.Effect<A, E, Exclude<R, S>>
     )
+
+/** `Effect.annotateLogs(annotations)` in the calling fiber's own right (undefined values left out). */
+export const annotateOwn = (annotations: Record<string, unknown>): Effect.Effect<void> =>
+  FiberRef.update(FiberRef.currentLogAnnotations, (current) => {
+    let next = current
+    for (const key in annotations) if (annotations[key] !== undefined) next = HashMap.set(next, key, annotations[key])
+    return next
+  })

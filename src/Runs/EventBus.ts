@@ -76,26 +76,20 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
      * work, and so are the notifications that come meanwhile (`backlog`), in order.
      */
     let reading = false
-    const backlog: Array<Notice> = []
+    /** What came while a read was under way, in order: notes, or LISTEN active again. */
+    const backlog: Array<ReadonlyArray<Note> | "listening"> = []
     const runtime = yield* Effect.runtime<never>()
     const fork = Runtime.runFork(runtime)
 
-    const noticed = (notice: Notice) => {
-      if (reading) return void backlog.push(notice)
-      if (notice._tag === "Listening") {
+    const handOver = (item: ReadonlyArray<Note> | "listening") => {
+      if (reading) return void backlog.push(item)
+      if (item === "listening") {
         // LISTEN is active again (or for the first time): every listener reads what it may have missed
         for (const listener of subscribers.all()) listener.missed()
         return
       }
-      let parsed: Note & { readonly events?: unknown }
-      try {
-        parsed = JSON.parse(notice.payload)
-      } catch {
-        return
-      }
-      const notes: ReadonlyArray<Note> = Array.isArray(parsed.events) ? parsed.events : [parsed]
-      for (let i = 0; i < notes.length; i++) {
-        const note = notes[i]
+      for (let i = 0; i < item.length; i++) {
+        const note = item[i]
         if (note === null || typeof note !== "object") continue
         const { event, run_id: runId, sequence } = note
         // nobody here follows this run: nothing to do (the usual case on a busy node)
@@ -105,18 +99,28 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
           continue
         }
         reading = true
-        const rest = notes.slice(i + 1)
+        backlog.unshift(item.slice(i + 1))
         fork(
           readNote(runId, sequence).pipe(
             Effect.ensuring(Effect.sync(() => {
               reading = false
-              backlog.unshift({ _tag: "Notification", payload: JSON.stringify({ events: rest }) })
-              while (backlog.length > 0 && !reading) noticed(backlog.shift()!)
+              while (backlog.length > 0 && !reading) handOver(backlog.shift()!)
             }))
           )
         )
         return
       }
+    }
+
+    const noticed = (notice: Notice) => {
+      if (notice._tag === "Listening") return handOver("listening")
+      let parsed: Note & { readonly events?: unknown }
+      try {
+        parsed = JSON.parse(notice.payload)
+      } catch {
+        return
+      }
+      handOver(Array.isArray(parsed.events) ? parsed.events : [parsed])
     }
 
     yield* notifications.onNotice("run_events", noticed)

@@ -7,7 +7,7 @@
  * processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
-import { Cause, Clock, Context, Duration, Effect, Fiber, FiberMap, FiberRef, HashMap, Option, Queue, Ref, Schedule } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Fiber, FiberMap, Option, Queue, Ref, Schedule } from "effect"
 
 import {
   type CellHandlers,
@@ -23,6 +23,7 @@ import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
 import type { Budget } from "../Domain/RunState.js"
 import { CurrentShare } from "../Kernel/FairShare.js"
+import { annotateOwn, provideOwn } from "../Kernel/OwnFiber.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
 import { realPause } from "../Kernel/RealTime.js"
 import { retried } from "../Kernel/Retried.js"
@@ -149,12 +150,8 @@ export const make = (id: CellId, options: CellOptions) =>
         // spends this cell's shares of the node (issue 36); set, not scoped
         (actor) =>
           Effect.zipRight(
-            Effect.zipRight(
-              FiberRef.update(FiberRef.currentLogAnnotations, (a) =>
-                HashMap.set(HashMap.set(HashMap.set(a, "cell", cellLabel as unknown), "tenant_id", id.tenantId), "run_id", runId)),
-              FiberRef.update(FiberRef.currentContext, Context.add(CurrentShare, cellLabel))
-            ),
-            actor
+            annotateOwn({ cell: cellLabel, tenant_id: id.tenantId, run_id: runId }),
+            provideOwn(Context.make(CurrentShare, cellLabel))(actor)
           )
       )
 
@@ -171,9 +168,7 @@ export const make = (id: CellId, options: CellOptions) =>
         // told to start meanwhile: what the command would have done (the alarm it set is superseded)
         Effect.suspend(() => (startAgain.delete(runId)
           ? Effect.zipRight(
-            Effect.sync(() =>
-              alarms.delete(runId)
-            ),
+            Effect.sync(() => alarms.delete(runId)),
             actorOf(runId)
           )
           : Effect.void)
