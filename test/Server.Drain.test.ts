@@ -4,11 +4,13 @@
  * connections; then the listener closes and the process exits promptly (exit code 0).
  */
 import { afterEach, describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import * as http from "node:http"
 import { OPERATOR_TOKEN } from "./support/App.js"
-import { readyRunner } from "./support/Cluster.js"
+import { readSse } from "./support/Client.js"
+import { clusterClient, emptyTally, provisionCell, readyRunner } from "./support/Cluster.js"
 import { childDatabase } from "./support/Database.js"
+import { RUN_SCOPES } from "./support/Sandboxes.js"
 import { killAllChildren, startChild } from "./support/Server.js"
 import { realSleep } from "./support/Waiting.js"
 
@@ -88,6 +90,57 @@ describe("stopping a node", () => {
         expect(exit.code, node.output().slice(-3000)).toBe(0)
         expect(exitMs, node.output().slice(-3000)).toBeLessThan(DRAIN_SECONDS * 1000 + 5000)
         expect(node.output()).toMatch(/draining: \/readyz answers 503[\s\S]*listener closed/)
+      })),
+    120_000
+  )
+
+  it.live(
+    "SIGTERM after an event stream ended and with one open: the node exits within the drain (streams end with their cells)",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { db } = yield* childDatabase
+        const node = yield* Effect.promise(() => startChild(db.url, { OPERATOR_TOKEN, HTTP_DRAIN_SECONDS: String(DRAIN_SECONDS) }))
+        yield* readyRunner(node)
+        const client = clusterClient(() => [node], emptyTally())
+        const cell = yield* provisionCell(client, "Streams Co", RUN_SCOPES, [{ type: "sleep", seconds: 120 }, {
+          type: "text",
+          text: "late"
+        }])
+        const auth = { authorization: `Bearer ${cell.key}` }
+        const startRun = Effect.gen(function*() {
+          const conversation = yield* client.must(201, "POST", `${cell.P}/conversations`, cell.key, {
+            workspace_id: cell.workspaceId,
+            agent_revision_id: cell.revisionId
+          })
+          return (yield* client.must(202, "POST", `${cell.P}/conversations/${conversation.id}/runs`, cell.key, {
+            input: [{ type: "text", text: "x" }]
+          })).id as string
+        })
+        // one stream read to its end (its run cancelled)...
+        const ended = yield* startRun
+        const endedStream = yield* readSse(`${node.baseUrl}${cell.P}/runs/${ended}/events/stream`, auth).pipe(Effect.fork)
+        yield* realSleep(300)
+        yield* client.must(202, "POST", `${cell.P}/runs/${ended}/cancel`, cell.key)
+        const read = yield* Fiber.join(endedStream)
+        expect(read.frames.at(-1)?.event).toBe("run.cancelled")
+        // ...and one open at the stop
+        const open = yield* startRun
+        const openStream = yield* readSse(`${node.baseUrl}${cell.P}/runs/${open}/events/stream`, auth).pipe(Effect.fork)
+        yield* realSleep(300)
+
+        const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
+          node.child.once("exit", (code) => resolve({ code, at: Date.now() }))
+        )
+        node.signal("SIGTERM")
+        const stoppedAt = Date.now()
+        const exit = yield* Effect.promise(() => exited)
+        const exitMs = exit.at - stoppedAt
+        console.log(`drain with streams: exit_ms=${exitMs}`)
+        expect(exit.code, node.output().slice(-3000)).toBe(0)
+        expect(exitMs, node.output().slice(-3000)).toBeLessThan(DRAIN_SECONDS * 1000 + 5000)
+        expect(node.output()).toMatch(/listener closed; 0 request\(s\) still being answered/)
+        const stillOpen = yield* Fiber.join(openStream)
+        expect(stillOpen.frames[0]?.event).toBe("run.queued")
       })),
     120_000
   )

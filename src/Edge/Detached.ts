@@ -23,6 +23,18 @@ import { Readable } from "node:stream"
 /** What the platform "ends" a detached response with. */
 const TOKEN = new Uint8Array(0)
 
+/**
+ * `close` listeners a detached response keeps (the server's in-flight count: `Edge/Server.ts`); the
+ * platform's own is removed (below).
+ */
+export const keptOnClose = new WeakSet<(...args: Array<any>) => void>()
+
+/**
+ * The responses that are event streams: they end with their cells, so a stopping server does not
+ * wait for them (the platform writes the head with `writeHead`, which `getHeader` does not see).
+ */
+export const eventStreams = new WeakSet<ServerResponse>()
+
 /** The response for `request` with its streaming body piped by Node once the platform wrote its head. */
 export const detach = (
   request: HttpServerRequest.HttpServerRequest,
@@ -32,6 +44,7 @@ export const detach = (
   if (body._tag !== "Raw" || !(body.body instanceof Readable) || request.method === "HEAD") return response
   const stream = body.body
   const raw: ServerResponse = NodeHttpServerRequest.toServerResponse(request)
+  if (String(response.headers["content-type"] ?? "").startsWith("text/event-stream")) eventStreams.add(raw)
   const end = raw.end
   raw.end = function(this: ServerResponse, ...args: Array<any>) {
     // once: the response's own `end` from now on (the pipe ends the response with it). Assigned
@@ -44,8 +57,11 @@ export const detach = (
     }
     raw.flushHeaders()
     // The platform's own `close` listener interrupts the request's fiber, which is ending now; it
-    // would keep that fiber (its refs, its answer) as long as the stream is open.
+    // would keep that fiber (its refs, its answer) as long as the stream is open. The server's own
+    // (its in-flight count) stays: without it a stop waited for every stream ever served.
+    const kept = raw.rawListeners("close").filter((l) => keptOnClose.has((l as { listener?: any }).listener ?? l))
     raw.removeAllListeners("close")
+    for (const listener of kept) raw.on("close", listener as (...args: Array<any>) => void)
     // `pipe` rather than `stream.pipeline`: the same ending both ways for fewer listeners per open
     // stream (pipeline's end-of-stream watchers on both sides held about 7 KiB of heap per stream).
     stream.pipe(raw)

@@ -20,6 +20,7 @@ import { AppConfig, type AppConfigShape } from "../Config/AppConfig.js"
 import { DatabaseLost } from "../Database/Client.js"
 import { Draining } from "../Kernel/Draining.js"
 import { toEnvelope } from "../Kernel/Errors.js"
+import { eventStreams, keptOnClose } from "./Detached.js"
 import { newRequestId } from "./RequestIds.js"
 
 /** The answer to a request the parser refused: 400 (or 408 for a request too slow), with the envelope. */
@@ -128,7 +129,9 @@ export const makeServer = (config: AppConfigShape, state: DrainState = { drainin
     if (state.draining) res.setHeader("connection", "close")
     if (server.listenerCount("request") === 1) return refuseStopping(res)
     state.inFlight.add(res)
-    res.once("close", () => state.inFlight.delete(res))
+    const answered = () => state.inFlight.delete(res)
+    keptOnClose.add(answered)
+    res.once("close", answered)
   })
   return server
 }
@@ -150,8 +153,7 @@ export const ServerLive = Layer.unwrapEffect(
       server?.close()
       server?.closeIdleConnections()
       // The requests being answered finish (event streams excepted: they end with their cells).
-      const answering = () =>
-        [...state.inFlight].filter((res) => !String(res.getHeader("content-type") ?? "").startsWith("text/event-stream"))
+      const answering = () => [...state.inFlight].filter((res) => !eventStreams.has(res))
       const deadline = Date.now() + config.edge.requestTimeoutSeconds * 1000
       while (answering().length > 0 && Date.now() < deadline) yield* Effect.sleep(Duration.millis(50))
       yield* Effect.logInfo(`listener closed; ${answering().length} request(s) still being answered`)
