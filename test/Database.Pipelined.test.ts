@@ -8,7 +8,7 @@ import { Cause, Effect, Exit } from "effect"
 
 import { configureConnections } from "../src/Database/Client.js"
 import * as Direct from "../src/Database/Direct.js"
-import { commitsWith } from "../src/Database/Pipelined.js"
+import { commitsWith, sendAhead } from "../src/Database/Pipelined.js"
 import { countedConnection, pg } from "./support/Database.js"
 
 /** @effect/sql on one connection configured as the service's, counting its round trips. */
@@ -150,5 +150,58 @@ describe("BEGIN and COMMIT with their neighbours", () => {
       // outside a transaction: the statement as it is
       expect(yield* Direct.execute(sql<{ a: number }>`SELECT a FROM t ORDER BY a`)).toEqual([{ a: 2 }, { a: 3 }])
       expect(yield* committed()).toEqual([2, 3])
+    }))
+
+  it.scoped("a statement sent ahead goes with the next one: one round trip; when it fails, the next reports its error and nothing is kept", () =>
+    Effect.gen(function*() {
+      const { committed, sql, tripsOf } = yield* oneConnection
+      yield* sql`CREATE FUNCTION refuse(n int) RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN IF n < 0 THEN RAISE EXCEPTION 'refused %', n USING ERRCODE = 'AP409'; END IF; INSERT INTO p VALUES (n); END $$`
+      /** `refuse(n)` sent ahead: how it went ("sent" until answered) */
+      const ahead = (n: number) =>
+        Effect.gen(function*() {
+          const heard: { said: string } = { said: "sent" }
+          const sent = yield* sendAhead({
+            text: "SELECT refuse($1)",
+            values: [String(n)],
+            answered: (e) => (heard.said = e === null ? "ran" : String((e as { code?: string }).code ?? e.message))
+          })
+          expect(sent).toBe(true)
+          return heard
+        })
+
+      // it holds: BEGIN, it, the statement and the COMMIT in one round trip (its rows are not the statement's)
+      let heard = { said: "" }
+      const held = yield* tripsOf(sql.withTransaction(Effect.gen(function*() {
+        heard = yield* ahead(1)
+        return yield* commitsWith(sql`INSERT INTO t VALUES (${1}) RETURNING a`)
+      })))
+      expect(held).toEqual({ exit: Exit.succeed([{ a: 1 }]), trips: 1 })
+      expect(heard.said).toBe("ran")
+      expect(yield* committed("p")).toEqual([1])
+
+      // it fails: the statement after it reports its error; nothing of the transaction is kept
+      const failed = yield* tripsOf(sql.withTransaction(Effect.gen(function*() {
+        heard = yield* ahead(-1)
+        yield* sql`INSERT INTO t VALUES (${2})`
+        return yield* commitsWith(sql`INSERT INTO t VALUES (${3})`)
+      })))
+      expect(failed.trips).toBe(2) // the statement (the one after it was not sent), then the ROLLBACK
+      expect(reason(failed.exit)).toMatch(/refused -1/)
+      expect(heard.said).toBe("AP409")
+      expect(yield* committed()).toEqual([1])
+
+      // the transaction ends before sending anything: it was never sent (nothing is)
+      const never = yield* tripsOf(
+        Effect.exit(sql.withTransaction(Effect.zipRight(Effect.tap(ahead(2), (h) => (heard = h)), Effect.fail("refused"))))
+      )
+      expect(never.trips).toBe(0)
+      expect(heard.said).toMatch(/not sent/)
+      // a transaction that commits with nothing else sent sends it
+      yield* sql.withTransaction(Effect.tap(ahead(3), (h) => (heard = h)))
+      expect(heard.said).toBe("ran")
+      expect(yield* committed("p")).toEqual([1, 3])
+      // outside a transaction it is not taken (the caller sends it itself)
+      expect(yield* sendAhead({ text: "SELECT 1", values: [], answered: () => undefined })).toBe(false)
     }))
 })

@@ -11,8 +11,8 @@ import { validKey } from "../src/Edge/Idempotency.js"
 import { makeTestApp } from "./support/App.js"
 import { createKey, type Reply, request } from "./support/Client.js"
 import { count, expectFreshError, expectReplayOf, idemRows, replayed, sandbox } from "./support/Idempotency.js"
-import { postUser } from "./support/Sandboxes.js"
-import { realSleep } from "./support/Waiting.js"
+import { isTerminal, postUser, scriptedSandbox } from "./support/Sandboxes.js"
+import { eventually, realSleep } from "./support/Waiting.js"
 
 describe("Idempotency over HTTP: not stored", () => {
   it.live("400 validation failures are not stored: the same key with a valid body executes", () =>
@@ -205,4 +205,41 @@ describe("Idempotency: the 7-day replay window (TestClock)", () => {
         expect(now - t0).toBeLessThan(7 * DAY * 1000 + 50 * interval * 1000)
       }).pipe(Effect.provide(makeTestApp({ ...quiet, sweepIntervalSeconds: interval })))
     }))
+})
+
+describe("Idempotency: a gate sent ahead (createRun, GateAhead)", () => {
+  it.live("its claim holds for a fresh key; a record within its window replays, another payload is 409, a record past it executes anew", () =>
+    Effect.gen(function*() {
+      const s = yield* scriptedSandbox([{ type: "text", text: "once" }])
+      const sql = yield* SqlClient.SqlClient
+      const conversation = yield* s.conversation()
+      const first = yield* s.startRun(conversation.id, "hi", { idempotencyKey: "k-ahead" })
+      expect(first.status, first.text).toBe(202)
+      expect(replayed(first)).toBeNull()
+      yield* eventually(s.getRun(first.body.data.id), (r) => isTerminal(r.status))
+
+      // within its window: the claim fails, the request is served again with the gate first
+      const again = yield* s.startRun(conversation.id, "hi", { idempotencyKey: "k-ahead" })
+      expectReplayOf(again, first)
+      const other = yield* s.startRun(conversation.id, "other", { idempotencyKey: "k-ahead" })
+      expect(other.status).toBe(409)
+      expect(other.body.error.code).toBe("idempotency_key_reused")
+      expect(yield* count("runs", s.tenantId)).toBe(1)
+
+      // past its window: the claim deletes the record and the request executes anew
+      yield* sql`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant_id = ${s.tenantId} AND key = 'k-ahead'`
+        .pipe(Effect.orDie)
+      const anew = yield* s.startRun(conversation.id, "hi", { idempotencyKey: "k-ahead" })
+      expect(anew.status, anew.text).toBe(202)
+      expect(replayed(anew)).toBeNull()
+      expect(anew.body.data.id).not.toBe(first.body.data.id)
+      expect(yield* count("runs", s.tenantId)).toBe(2)
+      expect((yield* idemRows({ tenantId: s.tenantId, key: "k-ahead" })).length).toBe(1)
+      // an audit entry per execution and one for the 409 (each written once, though served twice), none for the replay
+      const audited = yield* sql<
+        { n: number }
+      >`SELECT count(*)::int AS n FROM audit_entries WHERE tenant_id = ${s.tenantId} AND action = 'createRun'`
+        .pipe(Effect.orDie)
+      expect(audited[0]!.n).toBe(3)
+    }).pipe(Effect.provide(makeTestApp())))
 })

@@ -39,6 +39,7 @@ import operatorConsole from "./migrations/0031_operator_console.js"
 import operatorTokens from "./migrations/0032_operator_tokens.js"
 import authNotify from "./migrations/0033_auth_notify.js"
 import queuedUnannounced from "./migrations/0034_queued_unannounced.js"
+import idempotencyClaim from "./migrations/0035_idempotency_claim.js"
 import * as Rows from "./Rows.js"
 
 const MIGRATION_LOCK = 7_204_871_337
@@ -76,7 +77,8 @@ export const loader = Migrator.fromRecord({
   "0031_operator_console": operatorConsole,
   "0032_operator_tokens": operatorTokens,
   "0033_auth_notify": authNotify,
-  "0034_queued_unannounced": queuedUnannounced
+  "0034_queued_unannounced": queuedUnannounced,
+  "0035_idempotency_claim": idempotencyClaim
 })
 
 const migrate = Migrator.make({})

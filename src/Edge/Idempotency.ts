@@ -69,13 +69,22 @@ export const storedForm = (
  * scopes, validation and tenancy are decided before it): `check` gives the stored response to
  * replay (its headers set on `headers`, the answer's), none to execute, or 409. `outcome` says how
  * it ended, for the pipeline: a mutation that answered 2xx without passing it is a defect.
+ *
+ * A gate sent ahead (`ahead`) passes at once: its claim of the scope goes with the transaction's
+ * next statement (no round trip of its own), and holds if that statement ran. `claim` says how it
+ * went: a request whose work was not kept while its claim did not hold (`unsettled`) is served
+ * again with a gate that waits for its answer (a replay, a 409: what the claim's failure meant).
  */
 export interface Gate {
   readonly check: (
     refine?: RefineReplay
   ) => Effect.Effect<Option.Option<HttpServerResponse.HttpServerResponse>, Conflict>
   outcome: "pending" | "passed" | "replayed" | "refused"
+  claim: "none" | "sent ahead" | "held" | "failed"
 }
+
+/** The gate's claim was sent ahead and did not hold (or its answer never came): its work must not stand. */
+export const unsettled = (gate: Gate): boolean => gate.claim === "sent ahead" || gate.claim === "failed"
 
 /** Fields that carry a secret shown once: a key's `secret`, an actor session's `token`. */
 const SECRET_FIELDS = new Set(["secret", "token"])
@@ -155,12 +164,22 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       Effect.forkScoped
     )
 
-    /** The gate of the mutation of `s` with fingerprint `fp`, whose answer's headers are `headers`. */
-    const gate = (s: Scope, fp: string, headers: Record<string, string>): Gate => {
+    /** The gate of the mutation of `s` with fingerprint `fp`, whose answer's headers are `headers`; its claim sent `ahead` if it can be. */
+    const gate = (s: Scope, fp: string, headers: Record<string, string>, ahead: boolean): Gate => {
+      const claimed = (error: Error | null) => {
+        made.claim = error === null ? "held" : "failed"
+      }
+      const sentAhead = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.claimAhead(s, new Date(now), claimed))
       const made: Gate = {
         outcome: "pending",
+        claim: "none",
         check: (refine) =>
-          check(s, fp).pipe(
+          (ahead ? sentAhead : Effect.succeed(false)).pipe(
+            Effect.flatMap((sent) => {
+              if (!sent) return check(s, fp)
+              made.claim = "sent ahead"
+              return Effect.succeedNone
+            }),
             // the capability's reading of its stored answer (a `Prefer: wait` run that ended meanwhile)
             Effect.flatMap(Option.match({
               onNone: () => Effect.succeedNone,

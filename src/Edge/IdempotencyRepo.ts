@@ -7,6 +7,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 
+import * as Pipelined from "../Database/Pipelined.js"
 import * as Rows from "../Database/Rows.js"
 import type { StoredResponse } from "../Kernel/UnitOfWork.js"
 
@@ -63,6 +64,19 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
           }))
         )
 
+    /**
+     * The scope's claim (`idempotency_claim`, migration 0035: the lock, no record within its window
+     * at `now`, an expired one deleted) sent ahead with the transaction's next statement; `answered`
+     * hears whether it held (an error: it failed, or was never sent). False when it cannot be sent
+     * ahead (no pipelined transaction): the caller passes the gate with `lockAndFind`.
+     */
+    const claimAhead = (s: Scope, now: Date, answered: (error: Error | null) => void) =>
+      Pipelined.sendAhead({
+        text: "CALL idempotency_claim($1, $2, $3, $4, $5, $6, $7, $8)",
+        values: [lockKey(s), s.tenantId, s.environment, s.actor, s.method, s.path, s.key, now.toISOString()],
+        answered
+      })
+
     const remove = (s: Scope) => sql`DELETE FROM idempotency_keys WHERE ${where(s)}`.pipe(Rows.none)
 
     /** The record's INSERT, not run: the caller writes it as a part of another statement. */
@@ -76,6 +90,6 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("Idempote
     /** Deletes records past the replay window; how many. */
     const sweep = (at: Date) => sql`DELETE FROM idempotency_keys WHERE expires_at <= ${at} RETURNING key`.pipe(Effect.map((r) => r.length))
 
-    return { lockAndFind, remove, insert, sweep } as const
+    return { lockAndFind, claimAhead, remove, insert, sweep } as const
   })
 }) {}

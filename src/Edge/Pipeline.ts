@@ -95,6 +95,8 @@ const escaped = (cause: Cause.Cause<unknown>, state: RequestState) => {
   if (Cause.isInterruptedOnly(cause)) {
     return Effect.as(Effect.logDebug("request interrupted: the client went away"), HttpServerResponse.empty({ status: 499 }))
   }
+  // Its idempotency claim, sent ahead, failed: the request is served again (`transactional`).
+  if (state.gate?.claim === "failed") return Effect.succeed(HttpServerResponse.empty({ status: 500 }))
   // The HttpApi reads JSON bodies with `Effect.orDie(request.json)`: an unreadable body arrives
   // as a defect (RequestError), not as a failure.
   const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
@@ -214,17 +216,49 @@ const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerRespo
  * A mutation in one transaction with its stored response and its audit entry (see the module
  * comment); afterwards the handler's after-commit work, then its continuation.
  */
-const transactional = <E, R>(
-  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
-  state: RequestState,
-  scope: Idempotency.Scope,
-  fingerprint: string,
-  trail: AuditTrail.Trail,
-  principal: Principal
-) =>
+const transactional = <E, R>(mutation: Mutation<E, R>) =>
+  Effect.gen(function*() {
+    const { principal, state, trail } = mutation
+    const ahead = trail.route.gateAhead === true
+    const headers = ahead ? { ...state.headers } : state.headers
+    let { committed, gate } = yield* attempt(mutation, ahead)
+    if (!committed.kept && Idempotency.unsettled(gate)) {
+      // Its claim, sent ahead, did not hold (a replay, a 409) or was never sent: what was done is
+      // rolled back and the request is served again, the gate first (its answer says which).
+      yield* Effect.logDebug("idempotency claim sent ahead did not hold: serving the request again with the gate first")
+      for (const name of Object.keys(state.headers)) delete state.headers[name]
+      Object.assign(state.headers, headers)
+      state.continuation = undefined
+      ;({ committed, gate } = yield* attempt(mutation, false))
+    }
+    if (!committed.kept) {
+      // refused or rolled back: its entry on its own, with the status answered (a replay writes none)
+      if (gate.outcome !== "replayed") {
+        yield* AuditTrail.writeAnswerAlone(trail, state, AuditTrail.keyHolder(principal, state), committed.response)
+      }
+      return committed.response
+    }
+    if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
+    // A retry replays the fuller answer too: it follows from the run (Runs.waitedReplay), not stored again.
+    const instead = yield* state.continuation
+    return Option.getOrElse(instead, () => committed.response)
+  })
+
+/** A mutation to serve: its app, request, idempotency scope and fingerprint, audit trail and key holder. */
+interface Mutation<E, R> {
+  readonly app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+  readonly state: RequestState
+  readonly scope: Idempotency.Scope
+  readonly fingerprint: string
+  readonly trail: AuditTrail.Trail
+  readonly principal: Principal
+}
+
+/** One attempt at a mutation's transaction, its gate's claim sent `ahead` or not: whether it was kept, and the gate. */
+const attempt = <E, R>({ app, fingerprint, principal, scope, state, trail }: Mutation<E, R>, ahead: boolean) =>
   Effect.gen(function*() {
     const idem = yield* Idempotency.Idempotency
-    const gate = idem.gate(scope, fingerprint, state.headers)
+    const gate = idem.gate(scope, fingerprint, state.headers, ahead)
     state.gate = gate
 
     const committed = yield* inTransaction(
@@ -255,17 +289,7 @@ const transactional = <E, R>(
       }),
       state
     )
-    if (!committed.kept) {
-      // refused or rolled back: its entry on its own, with the status answered (a replay writes none)
-      if (gate.outcome !== "replayed") {
-        yield* AuditTrail.writeAnswerAlone(trail, state, AuditTrail.keyHolder(principal, state), committed.response)
-      }
-      return committed.response
-    }
-    if (state.continuation === undefined || gate.outcome === "replayed") return committed.response
-    // A retry replays the fuller answer too: it follows from the run (Runs.waitedReplay), not stored again.
-    const instead = yield* state.continuation
-    return Option.getOrElse(instead, () => committed.response)
+    return { committed, gate }
   })
 
 /** The address's limit is spent and the key is not known to it: no lookup at all. */
@@ -399,7 +423,7 @@ const guarded = (
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
     const served = app(parsed ?? request)
-    return yield* idem.detached(Effect.ensuring(transactional(served, state, scope, fingerprint, trail, principal), release))
+    return yield* idem.detached(Effect.ensuring(transactional({ app: served, state, scope, fingerprint, trail, principal }), release))
   })
 
 /** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */

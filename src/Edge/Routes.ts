@@ -11,9 +11,10 @@
  * segment wins over a parameter.
  */
 import { HttpApi, HttpApiSchema } from "@effect/platform"
-import { Option } from "effect"
+import { Context, Option } from "effect"
 
 import { Api } from "../Api.js"
+import { GateAhead } from "../Kernel/UnitOfWork.js"
 
 export interface Route {
   readonly method: string
@@ -23,6 +24,8 @@ export interface Route {
   readonly params: ReadonlyArray<string | undefined>
   /** its body is a `multipart/form-data` upload (the payload schema is HttpApiSchema.Multipart) */
   readonly multipart?: boolean
+  /** its idempotency gate may be sent ahead (`GateAhead`) */
+  readonly gateAhead?: boolean
 }
 
 export type RouteMatch =
@@ -47,7 +50,8 @@ export const routesOf = (api: HttpApi.HttpApi.Any, extra: ReadonlyArray<Route> =
     onGroup: () => undefined,
     onEndpoint: ({ endpoint }) => {
       const multipart = Option.exists(endpoint.payloadSchema, (s) => HttpApiSchema.getMultipart(s.ast) !== undefined)
-      routes.push({ ...route(endpoint.method, endpoint.path, endpoint.name), multipart })
+      const gateAhead = Option.getOrElse(Context.getOption(endpoint.annotations, GateAhead), () => false)
+      routes.push({ ...route(endpoint.method, endpoint.path, endpoint.name), multipart, gateAhead })
     }
   })
   return routes

@@ -32,6 +32,15 @@ import { Context, Effect, type Option } from "effect"
 import type { Conflict } from "./Errors.js"
 import type { CellRef } from "./Principal.js"
 
+/**
+ * An endpoint annotation: until its transaction commits, the handler has no effect outside it (it
+ * reads, and writes only through the transaction; anything else waits for the commit). Its
+ * idempotency gate may then pass at once, its claim of the key sent with the transaction's next
+ * statement (one round trip less): when the claim fails (a replay, a 409), the handler ran for
+ * nothing, its transaction is rolled back, and the request is served again with the gate first.
+ */
+export class GateAhead extends Context.Tag("GateAhead")<GateAhead, boolean>() {}
+
 /** A stored response of an idempotent mutation (D5): what a retry is answered. */
 export interface StoredResponse {
   readonly status: number

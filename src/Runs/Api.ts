@@ -7,6 +7,7 @@ import { Accepted, List, Single } from "../Kernel/Envelope.js"
 import { Refusals } from "../Kernel/Errors.js"
 import { environment, IdempotencyHeaders, idParam, tenantId } from "../Kernel/Params.js"
 import { RequiredScopes, ServiceKey } from "../Kernel/Security.js"
+import { GateAhead } from "../Kernel/UnitOfWork.js"
 
 const conversationId = idParam("conversation_id")
 const runId = idParam("run_id")
@@ -100,6 +101,7 @@ export class RunsApi extends HttpApiGroup.make("runs")
         }
       ])
       .annotate(RequiredScopes, ["runs:write"])
+      .annotate(GateAhead, true)
   )
   .add(
     HttpApiEndpoint.get("getRun")`/v1/tenants/${tenantId}/environments/${environment}/runs/${runId}`

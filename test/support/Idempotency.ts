@@ -52,7 +52,11 @@ export const idemRows = (where: { tenantId?: string; key?: string } = {}) =>
          AND (${where.key ?? null}::text IS NULL OR key = ${where.key ?? null})`.pipe(Effect.orDie))
 
 /** Rows of the tenant; service actors without the quickstart's (made at provisioning). */
-export const count = (table: "users" | "service_actors" | "deletion_jobs", tenantId: string, extra?: { column: string; value: string }) =>
+export const count = (
+  table: "users" | "service_actors" | "deletion_jobs" | "runs",
+  tenantId: string,
+  extra?: { column: string; value: string }
+) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE tenant_id = ${tenantId}
                        ${table === "service_actors" ? sql`AND id NOT IN (SELECT service_actor_id FROM quickstarts)` : sql``}
