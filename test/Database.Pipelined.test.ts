@@ -3,13 +3,15 @@
  * (src/Database/Pipelined.ts), through @effect/sql on a real Postgres: the round trips a
  * transaction costs, and that what commits and what rolls back is as before.
  */
+import type { Statement } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Effect, Exit, Fiber } from "effect"
 
 import { configureConnections } from "../src/Database/Client.js"
 import * as Direct from "../src/Database/Direct.js"
 import { commitsWith, sendAhead } from "../src/Database/Pipelined.js"
-import { countedConnection, pg } from "./support/Database.js"
+import { countedConnection, pg, Pool } from "./support/Database.js"
+import { realSleep } from "./support/Waiting.js"
 
 /** @effect/sql on one connection configured as the service's, counting its round trips. */
 const oneConnection = Effect.gen(function*() {
@@ -34,7 +36,7 @@ const oneConnection = Effect.gen(function*() {
       const exit = yield* Effect.exit(effect)
       return { exit, trips: trips.count - before }
     })
-  return { sql, committed, tripsOf }
+  return { db, sql, committed, tripsOf }
 })
 
 /** What Postgres (or the connection) said of a failed transaction. */
@@ -147,9 +149,40 @@ describe("BEGIN and COMMIT with their neighbours", () => {
         return yield* commitsWith(Direct.execute(sql<{ a: number }>`INSERT INTO t VALUES (${3}) RETURNING a`))
       })))
       expect(kept).toEqual({ exit: Exit.succeed([{ a: 3 }]), trips: 2 })
-      // outside a transaction: the statement as it is
+      // outside a transaction, without a pool given: the statement as it is
       expect(yield* Direct.execute(sql<{ a: number }>`SELECT a FROM t ORDER BY a`)).toEqual([{ a: 2 }, { a: 3 }])
       expect(yield* committed()).toEqual([2, 3])
+    }))
+
+  it.scoped("outside a transaction, a statement goes straight to a connection of the pool, given back once answered, failed or interrupted", () =>
+    Effect.gen(function*() {
+      const { db, sql } = yield* oneConnection
+      // a pool as the service's: its connections prepared and pipelined; one to run on, one for a cancel
+      const pool = yield* Effect.acquireRelease(
+        Effect.sync(() => new Pool({ connectionString: db.url, max: 2 })),
+        (pool) => Effect.promise(() => pool.end())
+      )
+      configureConnections(pool as any, 10)
+      const direct = <A>(statement: Statement.Statement<A>) =>
+        Direct.execute(statement).pipe(
+          Effect.provideService(Direct.DirectPool, pool as unknown as Direct.DirectPool["Type"]),
+          Effect.withTracerEnabled(false) // as the service runs without tracing (with it, the statement runs as it is)
+        )
+      // its rows; the connection back, idle
+      expect(yield* direct(sql<{ n: number }>`SELECT ${41}::int + 1 AS n`)).toEqual([{ n: 42 }])
+      expect({ idle: pool.idleCount, total: pool.totalCount }).toEqual({ idle: 1, total: 1 })
+      // a statement Postgres refuses: its error; the connection goes on
+      expect(reason(yield* Effect.exit(direct(sql`SELEKT ${1}`)))).toMatch(/syntax error/)
+      expect(yield* direct(sql<{ n: number }>`SELECT ${1}::int AS n`)).toEqual([{ n: 1 }])
+      // interrupted while it runs: cancelled in Postgres, its connection back for the next one at once
+      const started = Date.now()
+      const slept = yield* Effect.fork(direct(sql`SELECT pg_sleep(${30})`))
+      yield* realSleep(300)
+      yield* Fiber.interrupt(slept)
+      expect(yield* direct(sql<{ n: number }>`SELECT ${2}::int AS n`)).toEqual([{ n: 2 }])
+      expect(Date.now() - started).toBeLessThan(10_000)
+      expect(pool.waitingCount).toBe(0)
+      expect(pool.idleCount).toBe(pool.totalCount)
     }))
 
   it.scoped("a statement sent ahead goes with the next one: one round trip; when it fails, the next reports its error and nothing is kept", () =>

@@ -14,6 +14,7 @@ import { SharesLive } from "../Config/Shares.js"
 import type { FairScheduler } from "../Kernel/FairScheduler.js"
 import { CurrentShare, type FairShare, NODE_KEY } from "../Kernel/FairShare.js"
 import { Shares } from "../Kernel/Shares.js"
+import { DirectPool } from "./Direct.js"
 import * as Embedded from "./Embedded.js"
 import { GroupCommit, type GroupPool, makeGroupCommit } from "./GroupCommit.js"
 import * as Listener from "./Listener.js"
@@ -173,6 +174,7 @@ const poolLayer = (url: Redacted.Redacted, max: number, prepared: number, idleIn
       return Layer.mergeAll(
         PgClient.layerFromPool({ acquire: Effect.succeed(fair), applicationName: "agent-platform" }),
         Layer.succeed(GroupCommit, makeGroupCommit(fair as unknown as GroupPool, statementNameOf)),
+        Layer.succeed(DirectPool, fair as unknown as DirectPool["Type"]),
         Layer.succeed(DatabasePool, {
           stats: Effect.sync(() => ({
             max,

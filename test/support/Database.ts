@@ -61,8 +61,12 @@ export const childDatabase = Effect.gen(function*() {
 interface CountedPool {
   on(event: "connect", listener: (client: { connection: { on(e: string, f: () => void): void } }) => void): void
   end(): Promise<void>
+  readonly totalCount: number
+  readonly idleCount: number
+  readonly waitingCount: number
 }
-const { Pool } = createRequire(import.meta.url)("pg") as { Pool: new(c: object) => CountedPool }
+/** `pg`'s pool (the slice used here). */
+export const { Pool } = createRequire(import.meta.url)("pg") as { Pool: new(c: { connectionString: string; max: number }) => CountedPool }
 
 /**
  * A fresh database and @effect/sql on one `pg` pool connection, configured as the service's
