@@ -6,7 +6,8 @@
  * then `node --import tsx scripts/bench/cpuprofile.ts DIR/<file>.cpuprofile --from=0.5`.
  *
  * `NO_PROF=1`: no profile. `EFFECT_OPS=1` (with NO_PROF): the Effect instructions and fibers of
- * the measured phase, per run (scripts/bench/effectops.mjs). `PROFILE_CONNECTIONS=N`: the load's
+ * the measured phase, per run (scripts/bench/effectops.mjs); with `EFFECT_OPS_SITES=1` also the
+ * 40 sites that ran the most of them, per run. `PROFILE_CONNECTIONS=N`: the load's
  * concurrency (16). `BENCH_SERVICE_DIR`: another checkout's build (an A/B pair).
  */
 import * as fs from "node:fs"
@@ -38,7 +39,12 @@ try {
     fs.rmSync(opsFile, { force: true })
     process.kill(svc.pid, "SIGUSR2")
     for (let i = 0; i < 50 && !fs.existsSync(opsFile); i++) await new Promise((r) => setTimeout(r, 20))
-    return JSON.parse(fs.readFileSync(opsFile, "utf8")) as { ops: number; fibers: number; byOp: Record<string, number> }
+    return JSON.parse(fs.readFileSync(opsFile, "utf8")) as {
+      ops: number
+      fibers: number
+      byOp: Record<string, number>
+      sites?: Record<string, number>
+    }
   }
   const r = await __profile(db, svc, mode, counted)
   console.log(`${r.count} in ${((r.to - r.from) / 1000).toFixed(1)} s`)
@@ -48,6 +54,8 @@ try {
     console.log(`Effect per run: ${per(after.ops - before.ops)} instructions, ${per(after.fibers - before.fibers)} fibers`)
     const byOp = Object.entries(after.byOp).map(([op, n]) => [op, n - (before.byOp[op] ?? 0)] as const).sort((a, b) => b[1] - a[1])
     console.log(`  by op: ${byOp.filter(([, n]) => n > 0).map(([op, n]) => `${op} ${per(n)}`).join(", ")}`)
+    // the sites' counts are since the previous signal: the measured phase's
+    for (const [site, n] of Object.entries(after.sites ?? {}).slice(0, 40)) console.log(`  ${per(n).padStart(7)}  ${site}`)
   }
 } finally {
   await svc.stop()
