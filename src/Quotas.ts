@@ -6,7 +6,7 @@
 import { Clock, Effect } from "effect"
 
 import { Cells } from "./Cells/Cells.js"
-import { GetQuotaLimits, ReloadQuotaLimits } from "./Cells/Protocol.js"
+import { getQuotaLimits, ReloadQuotaLimits } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { QUOTA_NAMES, type QuotaLimits, type QuotaName, type QuotaUsed, toQuota } from "./Domain/Quotas.js"
@@ -26,7 +26,7 @@ export class Quotas extends Effect.Service<Quotas>()("Quotas", {
     const all = (limits: QuotaLimits, used: QuotaUsed, at: Date) => QUOTA_NAMES.map((n) => toQuota(n, limits[n], used[n], at))
 
     /** The cell's limits, as its cell holds them. */
-    const limitsOf = (cell: CellRef) => cells.send(cell, new GetQuotaLimits())
+    const limitsOf = (cell: CellRef) => cells.send(cell, getQuotaLimits)
 
     /** `GET P/quotas`. */
     const list = (cell: CellRef) =>

@@ -11,7 +11,7 @@ import { Clock, Duration, Effect, Option, Schema } from "effect"
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
 import { Cells, tell } from "./Cells/Cells.js"
-import { CancelRun, GetQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
+import { CancelRun, getQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { type CreateRun, type Run, Run as RunSchema, type RunEvent } from "./Domain/Runs.js"
@@ -146,7 +146,8 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // a rolled back admission subscribes to nothing); the continuation ends the subscription.
         let followed: { readonly next: Effect.Effect<"ended" | typeof MISSED>; readonly stop: () => void } | undefined
         if (wait !== undefined) yield* afterCommit(Effect.sync(() => void (followed = bus.follow(run.id, endsRun))))
-        yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id })), Cells, cells))
+        // (the run id is ours: the command is not validated again)
+        yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id }, true)), Cells, cells))
         yield* setResponseHeader("location", runPath(p, run.id))
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
@@ -176,7 +177,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const id = yield* makeId("run")
         const startDeadline = new Date(at.getTime() + config.runs.startDeadlineSeconds * 1000)
         const authorizationExpires = new Date(at.getTime() + config.runs.authorizationSeconds * 1000)
-        const limits = yield* cells.send(p, new GetQuotaLimits())
+        const limits = yield* cells.send(p, getQuotaLimits)
         const admission = yield* repo.admit({
           id,
           tenant_id: p.tenantId,

@@ -72,6 +72,10 @@ export class CloseStream extends Schema.TaggedClass<CloseStream>()("CloseStream"
  */
 export class GetQuotaLimits extends Schema.TaggedClass<GetQuotaLimits>()("GetQuotaLimits", {}) {}
 
+/** The commands of no fields sent per request, made once (making one validates it: a decode per request). */
+export const admitRequest = new AdmitRequest()
+export const getQuotaLimits = new GetQuotaLimits()
+
 /** An operator changed a limit of the cell: read them again. */
 export class ReloadQuotaLimits extends Schema.TaggedClass<ReloadQuotaLimits>()("ReloadQuotaLimits", {}) {}
 

@@ -28,7 +28,7 @@ import { Cause, Data, Effect, Exit, Option, Schema, Scope } from "effect"
 import { ActorSessions } from "../ActorSessions.js"
 import type { Audit } from "../Audit.js"
 import { Cells, CellUnavailable } from "../Cells/Cells.js"
-import { AdmitRequest } from "../Cells/Protocol.js"
+import { admitRequest } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { isDatabaseUnavailable } from "../Database/Defects.js"
 import * as Pipelined from "../Database/Pipelined.js"
@@ -313,7 +313,7 @@ const admit = (state: RequestState, address: string) =>
     )
     if (credential !== undefined) yield* clients.vouch(credential)
     state.principal = principal
-    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, new AdmitRequest())
+    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, admitRequest)
     state.headers["ratelimit-policy"] = rate.policy
     state.headers["ratelimit"] = rate.state
     return { principal, rate }
