@@ -23,6 +23,7 @@ import { Context, Effect, Option, ParseResult, Redacted, Schema, type SchemaAST 
 
 import { InvalidRequest, missingScope } from "../Kernel/Errors.js"
 import type { Handled } from "../Kernel/HttpGroup.js"
+import { provideOwn } from "../Kernel/OwnFiber.js"
 import { CurrentPrincipal } from "../Kernel/Principal.js"
 import { RequiredScopes } from "../Kernel/Security.js"
 
@@ -211,8 +212,11 @@ type Wrap = (
 /** A middleware around the endpoint, with its implementation taken from `context` once. */
 const middlewareOf = (tag: any, context: Context.Context<never>): Wrap => {
   const impl = Context.unsafeGet(context, tag) as any
+  // What it provides (the key's principal) is set on the request's fiber, which serves only this
+  // request (the server's, or its mutation's detached one): not provided and restored around the
+  // endpoint, an acquire/use/release and a copy of the fiber's context per request.
   const provide = (inner: Effect.Effect<any, unknown>, value: unknown) =>
-    tag.provides === undefined ? inner : Effect.provideService(inner, tag.provides, value)
+    tag.provides === undefined ? inner : provideOwn(Context.make(tag.provides, value))(inner)
   if (tag.security !== undefined) {
     const schemes = Object.entries(tag.security as Record<string, unknown>)
     if (schemes.length !== 1) throw new Error(`middleware ${tag.key}: one security scheme is supported, it has ${schemes.length}`)
