@@ -10,7 +10,7 @@ import { Clock, Effect, Either } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { ApprovalsRepo, toApproval } from "./Approvals/Repo.js"
-import { Cells, tell } from "./Cells/Cells.js"
+import { Cells, tellVia } from "./Cells/Cells.js"
 import { StartRun } from "./Cells/Protocol.js"
 import { dieOnSqlError } from "./Database/Defects.js"
 import { Trigger } from "./Domain/RunState.js"
@@ -56,7 +56,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         }
         if (approval.expires_at.getTime() <= at.getTime()) {
           // Its alarm is due: let the run's actor end it now.
-          yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: approval.run_id })), Cells, cells))
+          yield* afterCommit(tellVia(cells, p, new StartRun({ runId: approval.run_id })))
           return yield* conflict("approval_expired", "This approval expired before the decision")
         }
         const run = yield* runs.run(approval.run_id)
@@ -94,7 +94,7 @@ export class Approvals extends Effect.Service<Approvals>()("Approvals", {
         if (Either.isLeft(committed)) {
           return yield* conflict("approval_not_pending", "The run no longer waits for this approval")
         }
-        yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: approval.run_id })), Cells, cells))
+        yield* afterCommit(tellVia(cells, p, new StartRun({ runId: approval.run_id })))
         return toApproval(yield* approvalRow(p, id))
       })
 

@@ -10,7 +10,7 @@ import { Clock, Duration, Effect, Option, Schema } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
-import { Cells, tell } from "./Cells/Cells.js"
+import { Cells, tellVia } from "./Cells/Cells.js"
 import { CancelRun, getQuotaLimits, OpenStream, StartRun } from "./Cells/Protocol.js"
 import { AppConfig } from "./Config/AppConfig.js"
 import { dieOnSqlError } from "./Database/Defects.js"
@@ -147,7 +147,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         let followed: { readonly next: Effect.Effect<"ended" | typeof MISSED>; readonly stop: () => void } | undefined
         if (wait !== undefined) yield* afterCommit(Effect.sync(() => void (followed = bus.follow(run.id, endsRun))))
         // (the run id is ours: the command is not validated again)
-        yield* afterCommit(Effect.provideService(tell(p, new StartRun({ runId: run.id }, true)), Cells, cells))
+        yield* afterCommit(tellVia(cells, p, new StartRun({ runId: run.id }, true)))
         yield* setResponseHeader("location", runPath(p, run.id))
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
@@ -247,7 +247,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // Whatever won the race (the cancel, or the run finishing first), answer with the run as it is.
         const after = Option.getOrThrow(yield* repo.run(runId))
         if (after.status === "cancel_requested") {
-          yield* afterCommit(Effect.asVoid(Effect.forkDaemon(Effect.provideService(tell(p, new CancelRun({ runId })), Cells, cells))))
+          yield* afterCommit(Effect.asVoid(Effect.forkDaemon(tellVia(cells, p, new CancelRun({ runId })))))
         } else if (isTerminal(after.status) && after.status !== "cancelled") {
           return yield* new Conflict({
             code: "run_not_cancellable",

@@ -35,7 +35,11 @@ export class Cells extends Context.Tag("Cells")<Cells, CellsShape>() {}
  * dropped, since the cell's next start (on whichever node) resumes every unfinished run.
  */
 export const tell = <K extends CellTag>(id: CellId, command: Command<K>): Effect.Effect<void, never, Cells> =>
-  Effect.flatMap(Cells, (cells) => cells.send(id, command)).pipe(
+  Effect.flatMap(Cells, (cells) => tellVia(cells, id, command))
+
+/** `tell` through `cells` (a caller that holds the service: nothing provided per command). */
+export const tellVia = <K extends CellTag>(cells: CellsShape, id: CellId, command: Command<K>): Effect.Effect<void> =>
+  cells.send(id, command).pipe(
     Effect.asVoid,
     Effect.catchSomeDefect((defect) =>
       defect instanceof CellUnavailable

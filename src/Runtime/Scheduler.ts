@@ -18,7 +18,7 @@
  */
 import { Clock, Duration, Effect, Layer, Queue, Stream } from "effect"
 
-import { Cells, tell } from "../Cells/Cells.js"
+import { Cells, tellVia } from "../Cells/Cells.js"
 import { StartRun } from "../Cells/Protocol.js"
 import { AppConfig } from "../Config/AppConfig.js"
 import { Notifications } from "../Database/Listener.js"
@@ -69,7 +69,7 @@ const scheduler = Effect.gen(function*() {
           started++
           // Handed over without waiting: a cell that is moving (up to CLUSTER_SEND_TIMEOUT_SECONDS)
           // must not hold up the next scheduled times; its new owner resumes the run anyway.
-          yield* Effect.provideService(tell(firing.cell, new StartRun({ runId: firing.runId })), Cells, cells).pipe(
+          yield* tellVia(cells, firing.cell, new StartRun({ runId: firing.runId })).pipe(
             Effect.forkDaemon,
             Effect.annotateLogs({ schedule_id: firing.scheduleId, run_id: firing.runId })
           )
