@@ -38,7 +38,7 @@ import type * as AiError from "@effect/ai/AiError"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Cause, Clock, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { Agent } from "undici"
 
 import { OpenAiCompatibleSettings, ScriptedSettings } from "../Domain/Agents.js"
@@ -52,6 +52,7 @@ import {
   type ToolDefinition,
   type Usage
 } from "../Domain/Conversation.js"
+import { provideOwn } from "../Kernel/OwnFiber.js"
 import { annotateSpan, traced } from "../Kernel/Spans.js"
 import { withFailureDetailsWithheld } from "../Observability/Tracing.js"
 import { Destinations } from "../Outbound/Destinations.js"
@@ -178,9 +179,12 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
       case "scripted":
         return Schema.decodeUnknown(ScriptedSettings)(settings).pipe(
           Effect.mapError(() => new ModelFailed({ provider, message: "The scripted model profile's settings.steps are not valid" })),
-          // the service itself, not a layer: building a layer for every call costs more than the call
+          // the service itself, not a layer: building a layer for every call costs more than the
+          // call; set on the calling fiber (the run actor's, which makes one call at a time), not
+          // provided and restored around the call
           Effect.map((valid): Target => ({
-            provide: Effect.provideServiceEffect(LanguageModel.LanguageModel, Scripted.make(valid)),
+            provide: (call) =>
+              Effect.flatMap(Scripted.make(valid), (model) => provideOwn(Context.make(LanguageModel.LanguageModel, model))(call)),
             remote: false,
             seen
           }))
