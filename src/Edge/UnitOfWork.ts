@@ -70,15 +70,21 @@ export const serve = (state: RequestState, tenant: string | undefined): Effect.E
 /** The state of the request the calling fiber serves (undefined outside one). */
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)
 
-const withState = <A>(f: (state: RequestState | undefined) => Effect.Effect<A>) => Effect.flatMap(FiberRef.get(currentState), f)
+/** `f` of the state of the request the calling fiber serves, read in the same step. */
+const withState = <A>(f: (state: RequestState | undefined) => Effect.Effect<A>) =>
+  Effect.withFiberRuntime<A>((fiber) => f(fiber.getFiberRef(currentState)))
+
+/** `f` of that state, done in the same step (an answer at once). */
+const onState = <A>(f: (state: RequestState | undefined) => A) =>
+  Effect.withFiberRuntime<A>((fiber) => Effect.succeed(f(fiber.getFiberRef(currentState))))
 
 /** A mutation's gate (a read has none): a stored response instead of `run`, a 409, or `run`. */
 const gated = <A, E, R>(
   run: Effect.Effect<A, E, R>,
   refine?: RefineReplay
 ): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R> =>
-  Effect.flatMap(FiberRef.get(currentState), (state) => {
-    const gate = state?.gate
+  Effect.withFiberRuntime((fiber) => {
+    const gate = fiber.getFiberRef(currentState)?.gate
     if (gate === undefined) return run
     return Effect.flatMap(
       gate.check(refine),
@@ -89,11 +95,9 @@ const gated = <A, E, R>(
 const unitOfWork: UnitOfWorkShape = {
   gated,
   setHeader: (name, value) =>
-    withState((state) =>
-      Effect.sync(() => {
-        if (state !== undefined) state.headers[name.toLowerCase()] = value
-      })
-    ),
+    onState((state) => {
+      if (state !== undefined) state.headers[name.toLowerCase()] = value
+    }),
   afterCommit: (effect) =>
     withState((state) => {
       if (state?.afterCommit === undefined) return effect
@@ -101,36 +105,28 @@ const unitOfWork: UnitOfWorkShape = {
       return Effect.void
     }),
   withCommit: (write) =>
-    withState((state) =>
-      Effect.sync(() => {
-        if (state?.withCommit === undefined) return false
-        state.withCommit.push(write)
-        return true
-      })
-    ),
+    onState((state) => {
+      if (state?.withCommit === undefined) return false
+      state.withCommit.push(write)
+      return true
+    }),
   readWithCommit: (read) =>
-    withState((state) =>
-      Effect.sync(() => {
-        if (state?.readsWithCommit === undefined) return undefined
-        const along: ReadAlong = { read }
-        state.readsWithCommit.push(along)
-        return () => along.row
-      })
-    ),
+    onState((state) => {
+      if (state?.readsWithCommit === undefined) return undefined
+      const along: ReadAlong = { read }
+      state.readsWithCommit.push(along)
+      return () => along.row
+    }),
   answerAfterCommit: (continuation) =>
-    withState((state) =>
-      Effect.sync(() => {
-        if (state !== undefined) state.continuation = continuation
-      })
-    ),
+    onState((state) => {
+      if (state !== undefined) state.continuation = continuation
+    }),
   about: (cell) =>
-    withState((state) =>
-      Effect.sync(() => {
-        if (state !== undefined) state.auditSubject = { tenantId: cell.tenantId, environment: cell.environment }
-      })
-    ),
-  actingUser: Effect.map(FiberRef.get(currentState), (state) => state?.actingUser),
-  operator: Effect.map(FiberRef.get(currentState), (state) => state?.operator)
+    onState((state) => {
+      if (state !== undefined) state.auditSubject = { tenantId: cell.tenantId, environment: cell.environment }
+    }),
+  actingUser: onState((state) => state?.actingUser),
+  operator: onState((state) => state?.operator)
 }
 
 /** The node's `UnitOfWork`: the request the calling fiber serves, or a unit of its own. */
