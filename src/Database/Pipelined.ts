@@ -19,7 +19,7 @@
  *   statement does not undo it: the caller's last statement is its point of no return), and a
  *   further statement on that transaction is refused.
  *
- * - `ahead(text, values, answered)`: a statement whose answer the transaction need not wait for (a
+ * - `sendAhead({ text, values, answered })`: a statement whose answer the transaction need not wait for (a
  *   mutation's idempotency claim, which fails when the request must not run) is sent with the
  *   transaction's next statement, before it: when it fails, Postgres skips that statement too, which
  *   reports its error. `answered` hears how it went (an error also when it was never sent: the
