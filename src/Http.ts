@@ -195,7 +195,7 @@ const ServeLive = Effect.gen(function*() {
   const { api, context } = yield* HttpApi.Api
   const endpoints = compileEndpoints(api, (yield* HandlerRegistry).all(), context)
   const beside = yield* HttpRouter.toHttpApp(yield* HttpApiBuilder.Router.router)
-  return HttpServer.serve(cellLanes(pipeline(ROUTES, endpoints, beside)))
+  return HttpServer.serve(cellLanes(yield* pipeline(ROUTES, endpoints, beside)))
 }).pipe(
   Layer.unwrapEffect,
   withRequestTracing,

@@ -67,6 +67,19 @@ import { preparedUpload } from "./Uploads.js"
 
 const MUTATIONS = new Set(["POST", "PATCH", "PUT", "DELETE"])
 
+/** The services the pipeline uses, resolved once when it is built (`pipeline`), not yielded per request. */
+const services = Effect.all({
+  sql: SqlClient.SqlClient,
+  idem: Idempotency.Idempotency,
+  clients: ClientLimiter,
+  auth: Auth,
+  cells: Cells,
+  config: AppConfig,
+  actors: ActorSessions,
+  operatorToken: OperatorToken
+})
+type Services = Effect.Effect.Success<typeof services>
+
 /** `/v1` paths that need no key (D1). */
 export const isPublicV1 = (path: string): boolean =>
   path === "/v1/openapi.json" || /^\/v1\/tenants\/[^/]+\/environments\/[^/]+\/jwks\.json$/.test(path)
@@ -182,9 +195,12 @@ const takeLast = (state: RequestState) => {
  * commit). Not kept: `work` refused its answer (RolledBack) or failed (the error's answer);
  * nothing of it was committed.
  */
-const inTransaction = <R>(work: Effect.Effect<HttpServerResponse.HttpServerResponse, RolledBack, R>, state: RequestState) =>
+const inTransaction = <R>(
+  work: Effect.Effect<HttpServerResponse.HttpServerResponse, RolledBack, R>,
+  state: RequestState,
+  sql: SqlClient.SqlClient
+) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const afterCommit: Array<Effect.Effect<void>> = []
     state.afterCommit = afterCommit
     state.withCommit = []
@@ -252,12 +268,13 @@ interface Mutation<E, R> {
   readonly fingerprint: string
   readonly trail: AuditTrail.Trail
   readonly principal: Principal
+  readonly services: Services
 }
 
 /** One attempt at a mutation's transaction, its gate's claim sent `ahead` or not: whether it was kept, and the gate. */
-const attempt = <E, R>({ app, fingerprint, principal, scope, state, trail }: Mutation<E, R>, ahead: boolean) =>
+const attempt = <E, R>({ app, fingerprint, principal, scope, services, state, trail }: Mutation<E, R>, ahead: boolean) =>
   Effect.gen(function*() {
-    const idem = yield* Idempotency.Idempotency
+    const { idem } = services
     const gate = idem.gate(scope, fingerprint, state.headers, ahead)
     state.gate = gate
 
@@ -287,7 +304,8 @@ const attempt = <E, R>({ app, fingerprint, principal, scope, state, trail }: Mut
         carried(yield* Pipelined.commitsWith(AuditTrail.write(trail, state, who, response.status, body, [stored, ...writes], reads)))
         return response
       }),
-      state
+      state,
+      services.sql
     )
     return { committed, gate }
   })
@@ -301,19 +319,19 @@ class ClientExhausted extends Data.TaggedError("ClientExhausted")<{
  * The key (an address whose limit is spent is refused unless it is known to it), then the cell's
  * admission: sets the principal and the RateLimit headers, and gives the cell's decision.
  */
-const admit = (state: RequestState, address: string) =>
+const admit = (request: HttpServerRequest.HttpServerRequest, state: RequestState, address: string, s: Services) =>
   Effect.gen(function*() {
-    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
-    const clients = yield* ClientLimiter
+    const credential = request.headers["authorization"]
+    const { clients } = s
     const exhausted = yield* clients.refused(address)
     if (exhausted !== undefined && !(yield* clients.known(credential))) return yield* new ClientExhausted({ decision: exhausted })
-    const principal = yield* (yield* Auth).authenticate(credential).pipe(
+    const principal = yield* s.auth.authenticate(credential).pipe(
       // refused: it counts as no key, from now on too (D20), even if it worked a minute ago
       Effect.tapError(() => Effect.zipRight(clients.forget(credential), clients.spend(address)))
     )
     if (credential !== undefined) yield* clients.vouch(credential)
     state.principal = principal
-    const rate = yield* (yield* Cells).send({ tenantId: principal.tenantId, environment: principal.environment }, admitRequest)
+    const rate = yield* s.cells.send({ tenantId: principal.tenantId, environment: principal.environment }, admitRequest)
     state.headers["ratelimit-policy"] = rate.policy
     state.headers["ratelimit"] = rate.state
     return { principal, rate }
@@ -327,10 +345,11 @@ const prepared = (
   request: HttpServerRequest.HttpServerRequest,
   state: RequestState,
   principal: Principal,
-  upload: Scope.Scope | undefined
+  upload: Scope.Scope | undefined,
+  s: Services
 ) =>
   Effect.gen(function*() {
-    const config = yield* AppConfig
+    const { config } = s
     const key = request.headers["idempotency-key"]
     if (key === undefined) {
       return yield* new InvalidRequest({
@@ -357,7 +376,7 @@ const prepared = (
     // A request acting for a user is scoped by that user (a retry with a refreshed token replays;
     // another user's request with the same key does not see this one's result).
     const actorToken = request.headers["x-actor-token"]
-    const user = actorToken === undefined ? undefined : yield* (yield* ActorSessions).requireActor(principal, actorToken)
+    const user = actorToken === undefined ? undefined : yield* s.actors.requireActor(principal, actorToken)
     state.actingUser = user
     const path = pathOf(request.url)
     const scope: Idempotency.Scope = {
@@ -376,15 +395,15 @@ type Serve = (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<Htt
 
 /** The `/v1` gate: the client's limit, key, the cell's rate limit, then a mutation's transaction. */
 const guarded = (
+  request: HttpServerRequest.HttpServerRequest,
   app: Serve,
   state: RequestState,
   address: string,
-  trail: AuditTrail.Trail
+  trail: AuditTrail.Trail,
+  s: Services
 ) =>
   Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-
-    const { principal, rate } = yield* admit(state, address).pipe(
+    const { principal, rate } = yield* admit(request, state, address, s).pipe(
       Effect.tapErrorTag("AuthenticationFailed", (e) =>
         AuditTrail.authenticationFailed(trail, state, request.headers["authorization"], e.code)),
       Effect.catchTag("ClientExhausted", ({ decision }) => {
@@ -410,7 +429,7 @@ const guarded = (
     // An upload's staged file lives until its transaction is over (the handler copies it into the database).
     const staged = trail.route.multipart === true ? yield* Scope.make() : undefined
     const release = staged === undefined ? Effect.void : Scope.close(staged, Exit.void)
-    const { fingerprint, parsed, scope } = yield* prepared(request, state, principal, staged).pipe(
+    const { fingerprint, parsed, scope } = yield* prepared(request, state, principal, staged, s).pipe(
       // refused before its transaction: its audit entry on its own
       Effect.tapError((e) =>
         Effect.zipRight(
@@ -419,17 +438,23 @@ const guarded = (
         )
       )
     )
-    const idem = yield* Idempotency.Idempotency
     // Detached: a client that disconnects does not cancel the work it started; its outcome is
     // stored all the same, for the retry to replay.
     const served = app(parsed ?? request)
-    return yield* idem.detached(Effect.ensuring(transactional({ app: served, state, scope, fingerprint, trail, principal }), release))
+    return yield* s.idem.detached(
+      Effect.ensuring(transactional({ app: served, state, scope, fingerprint, trail, principal, services: s }), release)
+    )
   })
 
 /** Requests of public `/v1` paths spend from their address's limit (D19: the public key set included). */
-const publicV1 = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, state: RequestState, address: string) =>
+const publicV1 = <E, R>(
+  app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+  state: RequestState,
+  address: string,
+  s: Services
+) =>
   Effect.gen(function*() {
-    const decision = yield* (yield* ClientLimiter).spend(address)
+    const decision = yield* s.clients.spend(address)
     if (!decision.allowed) {
       state.headers["retry-after"] = String(Math.max(1, decision.retryAfterSeconds))
       return yield* new RateLimited({
@@ -463,10 +488,10 @@ const routed = (match: RouteMatch, method: string, state: RequestState) =>
  * before its token is compared (unless that token authenticated lately); a wrong or missing token
  * spends one. The answer itself (401 or the operation's) is the app's.
  */
-const operatorAuthLimited = (state: RequestState, address: string) =>
+const operatorAuthLimited = (request: HttpServerRequest.HttpServerRequest, state: RequestState, address: string, s: Services) =>
   Effect.gen(function*() {
-    const credential = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"]
-    const clients = yield* ClientLimiter
+    const credential = request.headers["authorization"]
+    const { clients } = s
     const exhausted = yield* clients.refused(address)
     if (exhausted !== undefined && !(yield* clients.known(credential))) {
       state.headers["retry-after"] = String(Math.max(1, exhausted.retryAfterSeconds))
@@ -475,7 +500,7 @@ const operatorAuthLimited = (state: RequestState, address: string) =>
         message: "Too many requests without a valid operator token from this address; retry after the time in Retry-After"
       })
     }
-    const who = credential === undefined ? undefined : yield* (yield* OperatorToken).whoIs(bearerToken(credential))
+    const who = credential === undefined ? undefined : yield* s.operatorToken.whoIs(bearerToken(credential))
     if (who === undefined) return yield* clients.spend(address)
     yield* clients.vouch(credential!)
     // the operator plane's authentication and audit read it (a personal token: its account's id, issue 39)
@@ -511,7 +536,8 @@ const operatorAnswered = (trail: AuditTrail.Trail, state: RequestState, response
 const operatorPlane = <E, R>(
   app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
   state: RequestState,
-  trail: AuditTrail.Trail
+  trail: AuditTrail.Trail,
+  sql: SqlClient.SqlClient
 ) =>
   Effect.gen(function*() {
     if (!MUTATIONS.has(trail.method)) {
@@ -527,7 +553,8 @@ const operatorPlane = <E, R>(
         if (who !== undefined) yield* AuditTrail.write(trail, state, who, response.status, AuditTrail.parsedBody(response))
         return response
       }),
-      state
+      state,
+      sql
     )
     if (!committed.kept) yield* operatorAnswered(trail, state, committed.response)
     return committed.response
@@ -537,42 +564,41 @@ const operatorPlane = <E, R>(
  * D4 on a routing error: a request with a valid key still gets its cell's RateLimit headers (and
  * spends from its limit, as any request does). Best effort, and never changes the answer.
  */
-const rateStateOnRoutingError = (state: RequestState, address: string) =>
-  Effect.flatMap(
-    HttpServerRequest.HttpServerRequest,
-    (request) => request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(state, address))
-  )
+const rateStateOnRoutingError = (request: HttpServerRequest.HttpServerRequest, state: RequestState, address: string, s: Services) =>
+  request.headers["authorization"] === undefined ? Effect.void : Effect.ignore(admit(request, state, address, s))
 
 /**
  * The service's one request pipeline: `routes` (the HttpApi's and those beside it, `routesOf`)
  * matched once; a request for an endpoint is served by it (`endpoints`), any other by `beside`
- * (the OpenAPI document, `/docs`, `/metrics`; its own 404 otherwise).
+ * (the OpenAPI document, `/docs`, `/metrics`; its own 404 otherwise). Its services are resolved
+ * once, here: the app it gives yields none per request.
  */
 export const pipeline = <R>(
   routes: ReadonlyArray<Route>,
   endpoints: ReadonlyMap<string, Endpoint>,
   beside: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, R>
 ) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-    const started = performance.now()
-    const path = pathOf(request.url)
-    const match = matchRoute(routes, request.method, path)
-    const operation = match._tag === "Found" ? match.operation : unmatchedOperation(path)
-    const tenant = match._tag === "Found" ? match.params["tenant_id"]?.slice(0, 128) : undefined
-    return served(request, path, match, endpoints, beside, operation, tenant).pipe(
-      // every answer counted and timed; an interrupted request (its client went away) as 499
-      Effect.onExit((exit) =>
-        recordRequest(
-          operation,
-          methodLabel(request.method),
-          Exit.isSuccess(exit) ? exit.value.status : Cause.isInterruptedOnly(exit.cause) ? 499 : 500,
-          (performance.now() - started) / 1000
-        )
-      ),
-      // a streaming body is piped by Node after the request's fiber ended (Edge/Detached.ts)
-      Effect.map((response) => detach(request, response))
-    )
-  })
+  Effect.map(services, (s) =>
+    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+      const started = performance.now()
+      const path = pathOf(request.url)
+      const match = matchRoute(routes, request.method, path)
+      const operation = match._tag === "Found" ? match.operation : unmatchedOperation(path)
+      const tenant = match._tag === "Found" ? match.params["tenant_id"]?.slice(0, 128) : undefined
+      return served(request, path, match, endpoints, beside, operation, tenant, s).pipe(
+        // every answer counted and timed; an interrupted request (its client went away) as 499
+        Effect.onExit((exit) =>
+          recordRequest(
+            operation,
+            methodLabel(request.method),
+            Exit.isSuccess(exit) ? exit.value.status : Cause.isInterruptedOnly(exit.cause) ? 499 : 500,
+            (performance.now() - started) / 1000
+          )
+        ),
+        // a streaming body is piped by Node after the request's fiber ended (Edge/Detached.ts)
+        Effect.map((response) => detach(request, response))
+      )
+    }))
 
 const served = <R>(
   request: HttpServerRequest.HttpServerRequest,
@@ -581,7 +607,8 @@ const served = <R>(
   endpoints: ReadonlyMap<string, Endpoint>,
   beside: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, R>,
   operation: string,
-  tenant: string | undefined
+  tenant: string | undefined,
+  s: Services
 ) =>
   Effect.gen(function*() {
     const state: RequestState = {
@@ -603,33 +630,24 @@ const served = <R>(
       : (served) => endpoint.serve(served, match.params)
     const handled = v1
       ? checkUrl(request.url).pipe(
-        Effect.zipRight(routed(match, request.method, state).pipe(Effect.tapError(() => rateStateOnRoutingError(state, address)))),
+        Effect.zipRight(
+          routed(match, request.method, state).pipe(Effect.tapError(() => rateStateOnRoutingError(request, state, address, s)))
+        ),
         Effect.flatMap((match) =>
           isPublicV1(path)
-            ? publicV1(app(request), state, address)
-            : guarded(app, state, address, AuditTrail.trailOf(match, request.method, address))
+            ? publicV1(app(request), state, address, s)
+            : guarded(request, app, state, address, AuditTrail.trailOf(match, request.method, address), s)
         )
       )
       : path.startsWith("/operator/v1/") && match._tag === "Found"
       ? Effect.zipRight(
-        operatorAuthLimited(state, address),
-        operatorPlane(app(request), state, AuditTrail.trailOf(match, request.method, address))
+        operatorAuthLimited(request, state, address, s),
+        operatorPlane(app(request), state, AuditTrail.trailOf(match, request.method, address), s.sql)
       )
       : path === "/metrics"
-      ? Effect.zipRight(operatorAuthLimited(state, address), app(request))
+      ? Effect.zipRight(operatorAuthLimited(request, state, address, s), app(request))
       : app(request)
-    type Needs =
-      | HttpServerRequest.HttpServerRequest
-      | Auth
-      | Audit
-      | Cells
-      | Idempotency.Idempotency
-      | ActorSessions
-      | ClientLimiter
-      | OperatorToken
-      | AppConfig
-      | SqlClient.SqlClient
-      | FileSystem.FileSystem
+    type Needs = HttpServerRequest.HttpServerRequest | Audit | FileSystem.FileSystem
     // the request's fiber serves it (a tenant's request has `tenant_id` on its log lines too)
     yield* serve(state, tenant)
     const response = yield* answered(handled as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, Needs>, state)
