@@ -43,6 +43,14 @@ const rowsOf = (result: unknown): ReadonlyArray<unknown> =>
     ? result.map((r: { rows?: ReadonlyArray<unknown> }) => r.rows ?? [])
     : (result as { rows?: ReadonlyArray<unknown> } | undefined)?.rows ?? []
 
+const failed = (cause: unknown, message: string) => new SqlError({ cause, message })
+
+/** `pg`'s answer to a statement as @effect/sql-pg gives it: its rows, or its error. */
+const answerOf = <A>(error: Error | null | undefined, result: unknown): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+  error === null || error === undefined
+    ? Effect.succeed(rowsOf(result) as ReadonlyArray<A>)
+    : Effect.fail(failed(error, "Failed to execute statement"))
+
 /** `statement`, in the calling fiber's transaction sent straight to its connection (see the module comment). */
 export const execute = <A>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
   Effect.withFiberRuntime((fiber) => {
@@ -56,16 +64,9 @@ export const execute = <A>(statement: Statement.Statement<A>): Effect.Effect<Rea
     if (client === undefined) return statement
     const [text, values] = statement.compile()
     return Effect.async<ReadonlyArray<A>, SqlError>((resume) => {
-      client.query(text, values, (error, result) =>
-        resume(
-          error === null || error === undefined
-            ? Effect.succeed(rowsOf(result) as ReadonlyArray<A>)
-            : Effect.fail(new SqlError({ cause: error, message: "Failed to execute statement" }))
-        ))
+      client.query(text, values, (error, result) => resume(answerOf(error, result)))
     })
   })
-
-const failed = (cause: unknown, message: string) => new SqlError({ cause, message })
 
 /** `statement` on a connection of `pool`, given back once answered (see the module comment). */
 const onPool = <A>(pool: DirectPool["Type"], statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
@@ -97,13 +98,7 @@ const onPool = <A>(pool: DirectPool["Type"], statement: Statement.Statement<A>):
         if (done) return
         done = true
         giveBack()
-        if (!interrupted) {
-          resume(
-            error === null || error === undefined
-              ? Effect.succeed(rowsOf(result) as ReadonlyArray<A>)
-              : Effect.fail(failed(error, "Failed to execute statement"))
-          )
-        }
+        if (!interrupted) resume(answerOf(error, result))
       })
     })
     return Effect.sync(() => {

@@ -169,12 +169,14 @@ export class Idempotency extends Effect.Service<Idempotency>()("Idempotency", {
       const claimed = (error: Error | null) => {
         made.claim = error === null ? "held" : "failed"
       }
-      const sentAhead = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.claimAhead(s, new Date(now), claimed))
+      const sentAhead = ahead
+        ? Effect.flatMap(Clock.currentTimeMillis, (now) => repo.claimAhead(s, new Date(now), claimed))
+        : Effect.succeed(false)
       const made: Gate = {
         outcome: "pending",
         claim: "none",
         check: (refine) =>
-          (ahead ? sentAhead : Effect.succeed(false)).pipe(
+          sentAhead.pipe(
             Effect.flatMap((sent) => {
               if (!sent) return check(s, fp)
               made.claim = "sent ahead"

@@ -71,8 +71,8 @@ export const serve = (state: RequestState, tenant: string | undefined): Effect.E
 export const requestState: Effect.Effect<RequestState | undefined> = FiberRef.get(currentState)
 
 /** `f` of the state of the request the calling fiber serves, read in the same step. */
-const withState = <A>(f: (state: RequestState | undefined) => Effect.Effect<A>) =>
-  Effect.withFiberRuntime<A>((fiber) => f(fiber.getFiberRef(currentState)))
+const withState = <A, E = never, R = never>(f: (state: RequestState | undefined) => Effect.Effect<A, E, R>) =>
+  Effect.withFiberRuntime<A, E, R>((fiber) => f(fiber.getFiberRef(currentState)))
 
 /** `f` of that state, done in the same step (an answer at once). */
 const onState = <A>(f: (state: RequestState | undefined) => A) =>
@@ -83,8 +83,8 @@ const gated = <A, E, R>(
   run: Effect.Effect<A, E, R>,
   refine?: RefineReplay
 ): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R> =>
-  Effect.withFiberRuntime((fiber) => {
-    const gate = fiber.getFiberRef(currentState)?.gate
+  withState((state): Effect.Effect<A | HttpServerResponse.HttpServerResponse, E | Conflict, R> => {
+    const gate = state?.gate
     if (gate === undefined) return run
     return Effect.flatMap(
       gate.check(refine),
