@@ -6,7 +6,7 @@
  * dies right after, recovery at the next start finds the queued run. Nothing here executes a run.
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Duration, Effect, Option, Schema } from "effect"
+import { Clock, Effect, Option, Schema } from "effect"
 
 import { ActorSessions } from "./ActorSessions.js"
 import { Agents } from "./Agents.js"
@@ -17,6 +17,7 @@ import { dieOnSqlError } from "./Database/Defects.js"
 import { type CreateRun, type Run, Run as RunSchema, type RunEvent } from "./Domain/Runs.js"
 import { isTerminal, RunStatus, Trigger } from "./Domain/RunState.js"
 import { Files } from "./Files.js"
+import { Alarms } from "./Kernel/Alarms.js"
 import { Conflict, forbidden, invalid, notFound, RateLimited } from "./Kernel/Errors.js"
 import { makeId, toIso } from "./Kernel/Ids.js"
 import type { Gated } from "./Kernel/Policy.js"
@@ -25,7 +26,7 @@ import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse 
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas.js"
 import { terminalRunResponse } from "./Runs/Api.js"
-import { EventBus, type MISSED } from "./Runs/EventBus.js"
+import { EventBus, EXPIRED, type FollowSignal, MISSED } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
 import { StreamHub } from "./Runs/Stream.js"
@@ -58,6 +59,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
   effect: Effect.gen(function*() {
     const repo = yield* Repo.RunStore
     const bus = yield* EventBus
+    const alarms = yield* Alarms
     const cells = yield* Cells
     const config = yield* AppConfig
     const actors = yield* ActorSessions
@@ -117,34 +119,39 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const endsRun = (e: Repo.EventRow) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status)
 
     /**
-     * Waits up to `seconds` for `runId`'s end, as `follow` tells it (followed from before the run's
-     * actor was told to start, so none is missed; when the bus says some may have gone
-     * unannounced, the run is read); the run as it then is.
+     * Waits until `runId`'s end or `followed` expired (its alarm), as `follow` tells it (followed
+     * from before the run's actor was told to start, so none is missed; when the bus says some may
+     * have gone unannounced, the run is read); the run as it then is.
      */
-    const awaitTerminal = (next: Effect.Effect<"ended" | typeof MISSED>, runId: string, seconds: number) =>
+    const awaitTerminal = (next: Effect.Effect<FollowSignal>, runId: string) =>
       Effect.gen(function*() {
-        /** "ended" on its end; on MISSED, the run read then if it had ended (else it waits on). */
-        const ending: Effect.Effect<"ended" | Option.Option<Repo.RunRow>, SqlError> = Effect.flatMap(next, (signal) =>
-          signal === "ended"
-            ? Effect.succeed("ended" as const)
-            : Effect.flatMap(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? Effect.succeed(row) : ending))
-        const terminal = yield* ending.pipe(Effect.timeout(Duration.millis(seconds * 1000)), Effect.option)
-        if (Option.isNone(terminal)) return Option.getOrUndefined(yield* repo.run(runId))
+        /** "ended" on its end, EXPIRED at the deadline; on MISSED, the run read then if it had ended (else it waits on). */
+        const ending: Effect.Effect<"ended" | typeof EXPIRED | Option.Option<Repo.RunRow>, SqlError> = Effect.flatMap(
+          next,
+          (signal) =>
+            signal !== MISSED
+              ? Effect.succeed(signal)
+              : Effect.flatMap(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? Effect.succeed(row) : ending)
+        )
+        const terminal = yield* ending
+        if (terminal === EXPIRED) return Option.getOrUndefined(yield* repo.run(runId))
         // ended: as its ending commit wrote it when that was on this node and it is already kept
         // (the notification may come first: then it is read)
-        return Option.getOrUndefined(terminal.value === "ended" ? yield* repo.ended(runId) : terminal.value)
+        return Option.getOrUndefined(terminal === "ended" ? yield* repo.ended(runId) : terminal)
       })
 
     /**
      * Once the admission committed, the cell starts the run's actor; with `Prefer: wait=N` the
-     * request then waits up to N seconds and answers 200 with the run if it ended (else the 202).
+     * request then waits up to N seconds (an alarm on the Clock, not a timer fiber) and answers 200
+     * with the run if it ended (else the 202).
      */
     const admitted = (p: Principal, run: Run, prefer: string | undefined) =>
       Effect.gen(function*() {
         const wait = preferredWait(prefer)
         // With a wait, the run's events are followed from before its actor starts (after the commit:
         // a rolled back admission subscribes to nothing); the continuation ends the subscription.
-        let followed: { readonly next: Effect.Effect<"ended" | typeof MISSED>; readonly stop: () => void } | undefined
+        let followed: ReturnType<EventBus["follow"]> | undefined
+        let cancelAlarm: (() => void) | undefined
         if (wait !== undefined) yield* afterCommit(Effect.sync(() => void (followed = bus.follow(run.id, endsRun))))
         // (the run id is ours: the command is not validated again)
         yield* afterCommit(tellVia(cells, p, new StartRun({ runId: run.id }, true)))
@@ -152,13 +159,20 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
           yield* answerAfterCommit(
-            Effect.suspend(() => followed === undefined ? Effect.succeed(undefined) : awaitTerminal(followed.next, run.id, wait)).pipe(
+            Effect.suspend(() => {
+              if (followed === undefined) return Effect.succeed(undefined)
+              cancelAlarm = alarms.after(wait * 1000, followed.expire)
+              return awaitTerminal(followed.next, run.id)
+            }).pipe(
               Effect.flatMap((waited) =>
                 waited !== undefined && isTerminal(waited.status)
                   ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
                   : Effect.succeedNone
               ),
-              Effect.ensuring(Effect.sync(() => followed?.stop())),
+              Effect.ensuring(Effect.sync(() => {
+                cancelAlarm?.()
+                followed?.stop()
+              })),
               Effect.orDie
             )
           )
@@ -337,15 +351,23 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // died waiting): the replay waits as it would have, so every replay answers the same.
         if (row !== undefined && !isTerminal(row.status) && (yield* Clock.currentTimeMillis) < deadline) {
           row = yield* Effect.acquireUseRelease(
-            Effect.sync(() => bus.follow(id, endsRun)),
-            ({ next }) =>
+            Effect.sync(() => {
+              const followed = bus.follow(id, endsRun)
+              return { followed, cancelAlarm: undefined as (() => void) | undefined }
+            }),
+            (waiter) =>
               Effect.gen(function*() {
                 const now = yield* Clock.currentTimeMillis
                 const current = Option.getOrUndefined(yield* repo.run(id))
                 if (current === undefined || isTerminal(current.status)) return current
-                return yield* awaitTerminal(next, id, Math.max(0, deadline - now) / 1000)
+                waiter.cancelAlarm = alarms.after(Math.max(0, deadline - now), waiter.followed.expire)
+                return yield* awaitTerminal(waiter.followed.next, id)
               }),
-            ({ stop }) => Effect.sync(stop)
+            ({ cancelAlarm, followed }) =>
+              Effect.sync(() => {
+                cancelAlarm?.()
+                followed.stop()
+              })
           )
         }
         if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<StoredResponse>()
@@ -368,7 +390,15 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
       streamEvents: (p: Principal, runId: string, request: StreamRequest) => dieOnSqlError(streamEvents(p, runId, request))
     } as const
   }),
-  dependencies: [EventBus.Default, StreamHub.Default, ActorSessions.Default, Platform.Default, Agents.Default, Files.Default]
+  dependencies: [
+    Alarms.Default,
+    EventBus.Default,
+    StreamHub.Default,
+    ActorSessions.Default,
+    Platform.Default,
+    Agents.Default,
+    Files.Default
+  ]
 }) {}
 
 export type { RunEvent }

@@ -24,6 +24,10 @@ import { type EventRow, RunStore } from "./RunStore.js"
 
 /** What a waiter is told when events of its run may have gone unannounced. */
 export const MISSED = "missed" as const
+/** What a waiter is told when its deadline passed. */
+export const EXPIRED = "expired" as const
+/** What wakes a waiter: its run's end, word of a miss, its deadline. */
+export type FollowSignal = "ended" | typeof MISSED | typeof EXPIRED
 
 /** A listener of one run's events: each committed row, or word that some may have been missed. */
 export interface BusListener {
@@ -133,22 +137,24 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
 
     /**
      * Follows `runId` for a waiter (`Prefer: wait`): `next` answers "ended" for a committed event
-     * that `ends` accepts, or `MISSED` when some may have gone unannounced (the waiter then reads
-     * the run), whichever came first since the last `next` (an end outranks word of a miss); the
-     * run's other events wake nobody. `stop` ends the following.
+     * that `ends` accepts, `MISSED` when some may have gone unannounced (the waiter then reads the
+     * run), or `EXPIRED` once `expire` was called (the waiter's deadline, an alarm: no timer fiber),
+     * whichever came first since the last `next` (an end outranks the others, an expiry a miss);
+     * the run's other events wake nobody. `stop` ends the following.
      */
     const follow = (runId: string, ends: (row: EventRow) => boolean) => {
-      let noted: "ended" | typeof MISSED | undefined
-      let waiting: ((signal: "ended" | typeof MISSED) => void) | undefined
-      const note = (signal: "ended" | typeof MISSED) => {
+      let noted: FollowSignal | undefined
+      let waiting: ((signal: FollowSignal) => void) | undefined
+      const note = (signal: FollowSignal) => {
         if (waiting !== undefined) {
           const wake = waiting
           waiting = undefined
           wake(signal)
-        } else if (noted !== "ended") noted = signal
+        } else if (noted !== "ended" && !(noted === EXPIRED && signal === MISSED)) noted = signal
       }
       const stop = listen(runId, { row: (row) => ends(row) && note("ended"), missed: () => note(MISSED) })
-      const next = Effect.async<"ended" | typeof MISSED>((resume) => {
+      const expire = () => note(EXPIRED)
+      const next = Effect.async<FollowSignal>((resume) => {
         if (noted !== undefined) {
           const signal = noted
           noted = undefined
@@ -157,7 +163,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
         waiting = (signal) => resume(Effect.succeed(signal))
         return Effect.sync(() => (waiting = undefined))
       })
-      return { next, stop }
+      return { next, stop, expire }
     }
 
     return { follow, listen } as const

@@ -7,7 +7,7 @@
  * processed by its `handlers` (one per RPC of the protocol); everything the cell owns is released (actors
  * interrupted, to be recovered from the database) when its scope closes.
  */
-import { Cause, Clock, Context, Duration, Effect, Fiber, FiberMap, Option, Queue, Ref, Schedule } from "effect"
+import { Cause, Clock, Context, Effect, Fiber, FiberMap, Option, Queue, Ref, Schedule } from "effect"
 
 import {
   type CellHandlers,
@@ -22,6 +22,7 @@ import {
 import type { RunConfig } from "../Config/AppConfig.js"
 import type { QuotaLimits } from "../Domain/Quotas.js"
 import type { Budget } from "../Domain/RunState.js"
+import { sleepUntil } from "../Kernel/Alarms.js"
 import { CurrentShare } from "../Kernel/FairShare.js"
 import { annotateOwn, provideOwn } from "../Kernel/OwnFiber.js"
 import * as RateLimiter from "../Kernel/RateLimiter.js"
@@ -208,9 +209,7 @@ export const make = (id: CellId, options: CellOptions) =>
           } else next = Math.min(next, deadline.at)
         }
         armedAt = next
-        yield* next === Number.POSITIVE_INFINITY
-          ? Queue.take(timersChanged)
-          : Effect.raceFirst(Queue.take(timersChanged), Effect.sleep(Duration.millis(next - now)))
+        yield* sleepUntil(next, now, timersChanged)
       }
     }).pipe(Effect.interruptible, Effect.forkScoped)
 
