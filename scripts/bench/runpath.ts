@@ -11,7 +11,9 @@
  *      the same concurrency, measured first, alone on the cluster, with the same counters. The
  *      raw-`pg` floor (DBOS's statements by hand, in this process) is printed as information.
  *   2. Admission (202) at C=16 vs single-row INSERT transactions at C=16.
- *   3. `GET run` vs a bare node:http hello world (its own child process) at C=16.
+ *   3. `GET run` vs a bare node:http hello world (its own child process) at C=16; the same hello
+ *      world served by the pinned `@effect/platform-node` server is printed as information (the
+ *      floor of any route the service serves).
  *   4. Cost stays flat: an events page near the end of a 100,000-event run vs a 10-event run;
  *      (full mode) admission with 1M stored runs vs the empty database.
  */
@@ -364,13 +366,26 @@ const rawPgFloor = async (url: string, connections: number, seconds: number) => 
   return { perSecond: count / seconds, p50: latencies[Math.floor(latencies.length / 2)] ?? NaN }
 }
 
-/** A bare node:http hello world in its own process: the GET baseline. */
-const helloWorld = async () => {
+/**
+ * A hello world in its own process: `node:http` bare (the GET baseline), or served by the pinned
+ * `@effect/platform-node` server with one Effect handler and nothing else (the floor of any route
+ * served by the platform, printed as information beside it).
+ */
+const helloWorld = async (server: "node:http" | "@effect/platform" = "node:http") => {
   const port = await freePort()
-  const child = spawn(process.execPath, [
-    "-e",
-    `require("node:http").createServer((q, s) => { s.writeHead(200, { "content-type": "application/json" }); s.end('{"hello":"world"}') }).listen(${port}, "127.0.0.1")`
-  ], { stdio: "ignore" })
+  const program = server === "node:http"
+    ? `require("node:http").createServer((q, s) => { s.writeHead(200, { "content-type": "application/json" }); s.end('{"hello":"world"}') }).listen(${port}, "127.0.0.1")`
+    : `import { HttpServer, HttpServerResponse } from "@effect/platform"
+       import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+       import { Effect, Layer } from "effect"
+       import { createServer } from "node:http"
+       const app = Effect.succeed(HttpServerResponse.unsafeJson({ hello: "world" }))
+       NodeRuntime.runMain(Layer.launch(HttpServer.serve(app).pipe(Layer.provide(NodeHttpServer.layer(createServer, { port: ${port}, host: "127.0.0.1" })))))`
+  const child = spawn(
+    process.execPath,
+    server === "node:http" ? ["-e", program] : ["--input-type=module", "-e", program],
+    { stdio: "ignore", cwd: new URL("../..", import.meta.url).pathname }
+  )
   for (let i = 0; i < 100; i++) {
     if (await fetch(`http://127.0.0.1:${port}/`).then(() => true, () => false)) break
     await new Promise((r) => setTimeout(r, 50))
@@ -505,6 +520,9 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
     const hello = await helloWorld()
     const bare = await load({ url: hello.url, connections: 16, duration: seconds })
     hello.stop()
+    const platformHello = await helloWorld("@effect/platform")
+    const platformBare = await load({ url: platformHello.url, connections: 16, duration: seconds })
+    platformHello.stop()
     if (get.non2xx > 0) console.log(`    GET run: ${get.non2xx} non-2xx answers`)
     report(
       "GET run, C=16",
@@ -513,6 +531,14 @@ export const runPathBench = async (options: { readonly quick: boolean; readonly 
       bare.requests.average,
       ">= 0.3x node:http hello world",
       get.requests.average >= 0.3 * bare.requests.average
+    )
+    report(
+      "@effect/platform-node hello world, C=16",
+      platformBare.requests.average,
+      "req/s",
+      bare.requests.average,
+      "information: the floor of a route served by the pinned HTTP server",
+      undefined
     )
 
     // ---- 4. cost stays flat --------------------------------------------------------------------
