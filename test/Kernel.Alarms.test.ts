@@ -1,7 +1,8 @@
 /**
  * The node's alarms on TestClock (src/Kernel/Alarms.ts): an alarm fires when the clock reaches it
  * and not before; a cancelled one never fires; one set earlier than the alarm the loop sleeps for
- * wakes it (it fires on time, not at the later one); alarms fire in time order, each once.
+ * wakes it (it fires on time, not at the later one); alarms fire in time order, each once; a
+ * callback that throws costs only its own alarm.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, TestClock } from "effect"
@@ -34,5 +35,13 @@ describe("alarms (TestClock)", () => {
       yield* TestClock.adjust(Duration.seconds(60))
       expect(fired).toEqual(["2s", "10s", "20s"])
       expect(alarms.pending()).toBe(0)
+
+      // a callback that throws costs its own alarm only
+      alarms.after(1_000, () => {
+        throw new Error("boom")
+      })
+      alarms.after(2_000, mark("after the throw"))
+      yield* TestClock.adjust(Duration.seconds(3))
+      expect(fired).toEqual(["2s", "10s", "20s", "after the throw"])
     }))
 })

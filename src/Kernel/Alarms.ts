@@ -33,12 +33,19 @@ export class Alarms extends Effect.Service<Alarms>()("Alarms", {
         armedAt = Number.POSITIVE_INFINITY
         const now = clock.unsafeCurrentTimeMillis()
         let next = Number.POSITIVE_INFINITY
+        let threw: unknown = undefined
         for (const [id, alarm] of pending) {
           if (alarm.at <= now) {
             pending.delete(id)
-            alarm.fire()
+            // a callback that throws (it must not) costs its own alarm, not the loop and the others
+            try {
+              alarm.fire()
+            } catch (e) {
+              threw = e
+            }
           } else next = Math.min(next, alarm.at)
         }
+        if (threw !== undefined) yield* Effect.logError("an alarm's callback threw", threw)
         armedAt = next
         yield* sleepUntil(next, now, changed)
       }
