@@ -26,7 +26,7 @@ import { afterCommit, answerAfterCommit, setResponseHeader, type StoredResponse 
 import { Platform } from "./Platform.js"
 import { quotaExceeded } from "./Quotas.js"
 import { terminalRunResponse } from "./Runs/Api.js"
-import { EventBus, EXPIRED, type FollowSignal, MISSED } from "./Runs/EventBus.js"
+import { EventBus, EXPIRED, type Followed, MISSED } from "./Runs/EventBus.js"
 import { admittedInput } from "./Runs/Input.js"
 import * as Repo from "./Runs/RunStore.js"
 import { StreamHub } from "./Runs/Stream.js"
@@ -119,21 +119,23 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
     const endsRun = (e: Repo.EventRow) => e.type !== "run.reconciled" && isRunStatus(e.data.status) && isTerminal(e.data.status)
 
     /**
-     * Waits until `runId`'s end or `followed` expired (its alarm), as `follow` tells it (followed
-     * from before the run's actor was told to start, so none is missed; when the bus says some may
-     * have gone unannounced, the run is read); the run as it then is.
+     * Waits up to `millis` for `runId`'s end, as `followed` tells it (followed from before the run's
+     * actor was told to start, so none is missed; when the bus says some may have gone
+     * unannounced, the run is read); the deadline is an alarm on the Clock that expires the
+     * following, not a timer fiber. The run as it then is.
      */
-    const awaitTerminal = (next: Effect.Effect<FollowSignal>, runId: string) =>
+    const awaitTerminal = (followed: Followed, runId: string, millis: number) =>
       Effect.gen(function*() {
         /** "ended" on its end, EXPIRED at the deadline; on MISSED, the run read then if it had ended (else it waits on). */
         const ending: Effect.Effect<"ended" | typeof EXPIRED | Option.Option<Repo.RunRow>, SqlError> = Effect.flatMap(
-          next,
+          followed.next,
           (signal) =>
             signal !== MISSED
               ? Effect.succeed(signal)
               : Effect.flatMap(repo.run(runId), (row) => Option.isSome(row) && isTerminal(row.value.status) ? Effect.succeed(row) : ending)
         )
-        const terminal = yield* ending
+        const cancelAlarm = alarms.after(millis, followed.expire)
+        const terminal = yield* Effect.ensuring(ending, Effect.sync(cancelAlarm))
         if (terminal === EXPIRED) return Option.getOrUndefined(yield* repo.run(runId))
         // ended: as its ending commit wrote it when that was on this node and it is already kept
         // (the notification may come first: then it is read)
@@ -150,8 +152,7 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         const wait = preferredWait(prefer)
         // With a wait, the run's events are followed from before its actor starts (after the commit:
         // a rolled back admission subscribes to nothing); the continuation ends the subscription.
-        let followed: ReturnType<EventBus["follow"]> | undefined
-        let cancelAlarm: (() => void) | undefined
+        let followed: Followed | undefined
         if (wait !== undefined) yield* afterCommit(Effect.sync(() => void (followed = bus.follow(run.id, endsRun))))
         // (the run id is ours: the command is not validated again)
         yield* afterCommit(tellVia(cells, p, new StartRun({ runId: run.id }, true)))
@@ -159,20 +160,13 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         if (wait !== undefined) {
           yield* setResponseHeader("preference-applied", `wait=${wait}`)
           yield* answerAfterCommit(
-            Effect.suspend(() => {
-              if (followed === undefined) return Effect.succeed(undefined)
-              cancelAlarm = alarms.after(wait * 1000, followed.expire)
-              return awaitTerminal(followed.next, run.id)
-            }).pipe(
+            Effect.suspend(() => followed === undefined ? Effect.succeed(undefined) : awaitTerminal(followed, run.id, wait * 1000)).pipe(
               Effect.flatMap((waited) =>
                 waited !== undefined && isTerminal(waited.status)
                   ? Effect.asSome(terminalRunResponse(Repo.toRun(waited)))
                   : Effect.succeedNone
               ),
-              Effect.ensuring(Effect.sync(() => {
-                cancelAlarm?.()
-                followed?.stop()
-              })),
+              Effect.ensuring(Effect.sync(() => followed?.stop())),
               Effect.orDie
             )
           )
@@ -351,23 +345,15 @@ export class Runs extends Effect.Service<Runs>()("Runs", {
         // died waiting): the replay waits as it would have, so every replay answers the same.
         if (row !== undefined && !isTerminal(row.status) && (yield* Clock.currentTimeMillis) < deadline) {
           row = yield* Effect.acquireUseRelease(
-            Effect.sync(() => {
-              const followed = bus.follow(id, endsRun)
-              return { followed, cancelAlarm: undefined as (() => void) | undefined }
-            }),
-            (waiter) =>
+            Effect.sync(() => bus.follow(id, endsRun)),
+            (followed) =>
               Effect.gen(function*() {
                 const now = yield* Clock.currentTimeMillis
                 const current = Option.getOrUndefined(yield* repo.run(id))
                 if (current === undefined || isTerminal(current.status)) return current
-                waiter.cancelAlarm = alarms.after(Math.max(0, deadline - now), waiter.followed.expire)
-                return yield* awaitTerminal(waiter.followed.next, id)
+                return yield* awaitTerminal(followed, id, Math.max(0, deadline - now))
               }),
-            ({ cancelAlarm, followed }) =>
-              Effect.sync(() => {
-                cancelAlarm?.()
-                followed.stop()
-              })
+            ({ stop }) => Effect.sync(stop)
           )
         }
         if (row === undefined || !isTerminal(row.status) || row.completed_at === null) return Option.none<StoredResponse>()

@@ -123,12 +123,25 @@ const filesOf = (parts: ReadonlyArray<{ readonly type: string }>): Array<Produce
  * answer with no sleep before it): nothing outside the process happens before its answer, so the
  * run actor may commit the run's start together with that answer (one transaction, issue 20).
  */
+/**
+ * A scripted profile's settings, validated once per settings object: a step asks twice (whether it
+ * answers at once, then its model), with the same profile.
+ */
+const decodeScripted = Schema.decodeUnknownOption(ScriptedSettings)
+const scriptedSeen = new WeakMap<object, Option.Option<ScriptedSettings>>()
+const scriptedSettings = (settings: unknown): Option.Option<ScriptedSettings> => {
+  if (typeof settings !== "object" || settings === null) return decodeScripted(settings)
+  let valid = scriptedSeen.get(settings)
+  if (valid === undefined) scriptedSeen.set(settings, valid = decodeScripted(settings))
+  return valid
+}
+
 export const answersAtOnce = (input: {
   readonly profile: Pick<StepInput["profile"], "provider" | "settings">
   readonly conversation: StepInput["conversation"]
 }): boolean => {
   if (input.profile.provider !== "scripted") return false
-  const settings = Schema.decodeUnknownOption(ScriptedSettings)(input.profile.settings)
+  const settings = scriptedSettings(input.profile.settings)
   if (Option.isNone(settings)) return false
   // the model's call number: its assistant turns so far (consecutive assistant items are one)
   let turns = 0
@@ -177,18 +190,19 @@ const makeStep = (config: ModelsConfigShape, http: HttpClient.HttpClient, guarde
     })
     switch (provider) {
       case "scripted":
-        return Schema.decodeUnknown(ScriptedSettings)(settings).pipe(
-          Effect.mapError(() => new ModelFailed({ provider, message: "The scripted model profile's settings.steps are not valid" })),
+        return Option.match(scriptedSettings(settings), {
+          onNone: () => Effect.fail(new ModelFailed({ provider, message: "The scripted model profile's settings.steps are not valid" })),
           // the service itself, not a layer: building a layer for every call costs more than the
           // call; set on the calling fiber (the run actor's, which makes one call at a time), not
           // provided and restored around the call
-          Effect.map((valid): Target => ({
-            provide: (call) =>
-              Effect.flatMap(Scripted.make(valid), (model) => provideOwn(Context.make(LanguageModel.LanguageModel, model))(call)),
-            remote: false,
-            seen
-          }))
-        )
+          onSome: (valid) =>
+            Effect.succeed<Target>({
+              provide: (call) =>
+                Effect.flatMap(Scripted.make(valid), (model) => provideOwn(Context.make(LanguageModel.LanguageModel, model))(call)),
+              remote: false,
+              seen
+            })
+        })
       case "openai":
         return Effect.map(requireKey, (apiKey) =>
           remote(

@@ -29,6 +29,16 @@ export const EXPIRED = "expired" as const
 /** What wakes a waiter: its run's end, word of a miss, its deadline. */
 export type FollowSignal = "ended" | typeof MISSED | typeof EXPIRED
 
+/** A waiter's following of one run (`EventBus.follow`). */
+export interface Followed {
+  /** the next signal since the last one */
+  readonly next: Effect.Effect<FollowSignal>
+  /** ends the following */
+  readonly stop: () => void
+  /** the waiter's deadline passed: `next` answers EXPIRED */
+  readonly expire: () => void
+}
+
 /** A listener of one run's events: each committed row, or word that some may have been missed. */
 export interface BusListener {
   readonly row: (row: EventRow) => void
@@ -142,7 +152,7 @@ export class EventBus extends Effect.Service<EventBus>()("EventBus", {
      * whichever came first since the last `next` (an end outranks the others, an expiry a miss);
      * the run's other events wake nobody. `stop` ends the following.
      */
-    const follow = (runId: string, ends: (row: EventRow) => boolean) => {
+    const follow = (runId: string, ends: (row: EventRow) => boolean): Followed => {
       let noted: FollowSignal | undefined
       let waiting: ((signal: FollowSignal) => void) | undefined
       const note = (signal: FollowSignal) => {
